@@ -1,0 +1,1 @@
+"""Data: the data directory, dataset builders and fetch commands."""

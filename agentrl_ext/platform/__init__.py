@@ -1,0 +1,48 @@
+"""CPU backend for verl 0.9.1 (knows nothing of AgentRL).
+
+``activate()`` runs in every process that imports verl (through the ``verl.plugins``
+entry point, see :mod:`agentrl_ext.plugin`):
+
+- registers the ``cpu`` platform, the ``hf`` rollout and the FSDP2 engine for ``cpu``;
+- makes verl's process group use gloo and its resource check count CPU slots.
+
+The CPU platform is chosen only on hosts without CUDA, or when ``VERL_PLATFORM=cpu``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+_activated = False
+
+
+def cpu_platform_active() -> bool:
+    """Whether verl in this process will run on the CPU platform."""
+    from agentrl_ext.platform.cpu_platform import cpu_platform_requested, cuda_present
+
+    explicit = os.environ.get("VERL_PLATFORM", "").strip().lower()
+    if explicit:
+        return cpu_platform_requested()
+    return not cuda_present()
+
+
+def activate() -> None:
+    """Register the CPU backend with verl (idempotent)."""
+    global _activated
+    if _activated:
+        return
+    from agentrl_ext.platform import verl_compat
+
+    verl_compat.check_verl_version()
+    import agentrl_ext.platform.cpu_platform  # noqa: F401  (registers the "cpu" platform)
+
+    verl_compat.register_hf_rollout()
+    if cpu_platform_active():
+        verl_compat.use_gloo_process_group()
+        verl_compat.count_cpu_slots_in_resource_check()
+        verl_compat.register_fsdp_engine_for_cpu()
+        verl_compat.unpinned_fsdp2_offload()
+    _activated = True
