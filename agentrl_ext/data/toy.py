@@ -34,7 +34,9 @@ def toy_rows(n: int, seed: int) -> list[dict]:
     return rows
 
 
-def build_toy_dataset(out_dir: str | Path, n_train: int = 256, n_val: int = 16, seed: int = 0) -> tuple[Path, Path]:
+def build_toy_dataset(
+    out_dir: str | Path, n_train: int = 256, n_val: int = 16, seed: int = 0
+) -> tuple[Path, Path]:
     """Write ``train.parquet`` and ``val.parquet`` under ``out_dir`` (kept if already there)."""
     import pandas as pd
 

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
 PLATFORM_NAME = "cpu"

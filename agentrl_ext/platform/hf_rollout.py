@@ -17,7 +17,6 @@ from typing import Any
 
 import ray
 import torch
-
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
@@ -34,7 +33,9 @@ def server_actor_name(replica_rank: int) -> str:
 
 
 def _rollout_world_size(config: Any) -> int:
-    return int(config.tensor_model_parallel_size * config.data_parallel_size * config.pipeline_model_parallel_size)
+    return int(
+        config.tensor_model_parallel_size * config.data_parallel_size * config.pipeline_model_parallel_size
+    )
 
 
 class HFReplica(RolloutReplica):
@@ -58,8 +59,8 @@ class HFReplica(RolloutReplica):
             name += "_reward"
         elif self.is_teacher_model:
             name += "_teacher"
-        server_cls = ray.remote(HFRolloutServer)
-        server = server_cls.options(name=name, num_cpus=0, max_concurrency=self.max_concurrency).remote(
+        server_cls: Any = ray.remote(HFRolloutServer)
+        server: Any = server_cls.options(name=name, num_cpus=0, max_concurrency=self.max_concurrency).remote(
             config=self.config, model_config=self.model_config, replica_rank=self.replica_rank
         )
         # Fail here, with the server's own error, if the model cannot load.
@@ -98,9 +99,13 @@ class HFServerAdapter(BaseRollout):
         **kwargs: Any,
     ) -> None:
         if wire_format != "named_tensors":
-            raise ValueError(f"the HF rollout accepts full named tensors only, got wire_format={wire_format!r}")
+            raise ValueError(
+                f"the HF rollout accepts full named tensors only, got wire_format={wire_format!r}"
+            )
         if kwargs.get("peft_config") is not None:
-            raise ValueError("the HF rollout does not load LoRA adapters; set actor_rollout_ref.model.lora.merge=True")
+            raise ValueError(
+                "the HF rollout does not load LoRA adapters; set actor_rollout_ref.model.lora.merge=True"
+            )
         # Every rank must drain the generator: FSDP gathers full tensors collectively.
         state = {name: tensor.detach().to("cpu").clone() for name, tensor in weights}
         if self.is_leader:

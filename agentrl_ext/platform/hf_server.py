@@ -23,8 +23,14 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 @dataclass
@@ -51,7 +57,9 @@ def torch_dtype(name: str) -> torch.dtype:
     try:
         return _DTYPES[str(name).lower()]
     except KeyError:
-        raise ValueError(f"rollout dtype {name!r} is not supported by the HF rollout; use one of {sorted(_DTYPES)}")
+        raise ValueError(
+            f"rollout dtype {name!r} is not supported by the HF rollout; use one of {sorted(_DTYPES)}"
+        ) from None
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -82,12 +90,16 @@ class HFGenerator:
         self._lock = threading.Lock()
 
     @torch.no_grad()
-    def generate(self, prompt_ids: list[int], spec: SamplingSpec, should_abort: Any = None) -> tuple[list[int], list[float], str]:
+    def generate(
+        self, prompt_ids: list[int], spec: SamplingSpec, should_abort: Any = None
+    ) -> tuple[list[int], list[float], str]:
         """Decode up to ``spec.max_tokens`` tokens; returns (token_ids, log_probs, stop_reason)."""
         with self._lock:  # one forward at a time: torch already uses every core
             return self._generate(prompt_ids, spec, should_abort)
 
-    def _generate(self, prompt_ids: list[int], spec: SamplingSpec, should_abort: Any) -> tuple[list[int], list[float], str]:
+    def _generate(
+        self, prompt_ids: list[int], spec: SamplingSpec, should_abort: Any
+    ) -> tuple[list[int], list[float], str]:
         gen = torch.Generator().manual_seed(spec.seed) if spec.seed is not None else None
         stop_ids = set(spec.stop_token_ids) | (set() if spec.ignore_eos else self.eos_token_ids)
         input_ids = torch.tensor([prompt_ids], dtype=torch.long)
@@ -167,7 +179,9 @@ class HFRolloutServer:
         self.model = load_causal_lm(path, torch_dtype(self.config.dtype), model_config.trust_remote_code)
         tokenizer = getattr(model_config, "tokenizer", None)
         self.generator = HFGenerator(self.model, eos_ids_of(self.model, tokenizer), tokenizer)
-        self.max_model_len = int(self.config.max_model_len or (self.config.prompt_length + self.config.response_length))
+        self.max_model_len = int(
+            self.config.max_model_len or (self.config.prompt_length + self.config.response_length)
+        )
         self.global_steps: int | None = None
         self._abort = False
         self._running: set[str] = set()
@@ -183,8 +197,10 @@ class HFRolloutServer:
             )
         max_tokens = params.get("max_tokens", params.get("max_new_tokens"))
         if max_tokens is None:
-            max_tokens = min(self.config.response_length,
-                             self.config.prompt_length + self.config.response_length - prompt_len)
+            max_tokens = min(
+                self.config.response_length,
+                self.config.prompt_length + self.config.response_length - prompt_len,
+            )
         stop = params.get("stop") or []
         return SamplingSpec(
             max_tokens=max(1, min(int(max_tokens), room)),

@@ -101,7 +101,9 @@ def count_cpu_slots_in_resource_check() -> None:
             return original(self)
         import ray
 
-        available = sum(node.get("CPU", 0) for node in ray._private.state.available_resources_per_node().values())
+        available = sum(
+            node.get("CPU", 0) for node in ray._private.state.available_resources_per_node().values()
+        )
         required = sum(n for per_node in self.resource_pool_spec.values() for n in per_node)
         if available < required:
             raise ValueError(
@@ -142,4 +144,4 @@ def unpinned_fsdp2_offload() -> None:
         def __post_init__(self) -> None:
             self.pin_memory = False
 
-    transformer_impl.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+    transformer_impl.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy  # type: ignore[misc]

@@ -30,15 +30,19 @@ class AgentRLConfig:
 
     def __post_init__(self) -> None:
         if not self.cache_dir:
-            raise ValueError("agentrl.cache_dir is empty; set it to a writable directory (default .cache/agentrl)")
+            raise ValueError(
+                "agentrl.cache_dir is empty; set it to a writable directory (default .cache/agentrl)"
+            )
         self.cache_dir = str(Path(os.path.expanduser(self.cache_dir)).resolve())
 
     @classmethod
     def from_config(cls, node: DictConfig | dict[str, Any] | None) -> AgentRLConfig:
         """Build from the composed ``agentrl`` node, naming unknown keys."""
         raw: dict[str, Any] = {}
-        if node is not None:
-            raw = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+        if isinstance(node, DictConfig):
+            raw = dict(OmegaConf.to_container(node, resolve=True))  # type: ignore[arg-type]
+        elif node is not None:
+            raw = dict(node)
         _reject_unknown("agentrl", raw, cls)
         assets = raw.pop("assets", None) or {}
         _reject_unknown("agentrl.assets", assets, AssetsConfig)

@@ -1,0 +1,1 @@
+"""Tiny offline models for tests and smoke runs (see :mod:`agentrl_ext.models.tiny`)."""

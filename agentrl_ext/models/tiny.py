@@ -1,0 +1,284 @@
+"""Build a tiny Qwen2-architecture model and tokenizer offline, for tests and smoke runs.
+
+``build_tiny_model(out_dir)`` trains a byte-level BPE tokenizer on an embedded corpus, wraps it as
+a transformers fast tokenizer with Qwen2.5's special tokens and a Qwen2.5-style chat template,
+builds a randomly initialised ``Qwen2ForCausalLM`` of about 0.14M parameters, and saves both with
+``save_pretrained``. Nothing is downloaded, and the output is byte-identical for a given seed, so
+the saved directory can be cached and compared by file hashes.
+
+The console script ``agentrl-tiny-model OUT_DIR`` does the same from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from agentrl_ext.models.chat_template import QWEN25_STYLE_CHAT_TEMPLATE
+from agentrl_ext.models.tiny_corpus import corpus_lines
+
+__all__ = [
+    "BUILDER_VERSION",
+    "ENDOFTEXT",
+    "IM_END",
+    "IM_START",
+    "SPECIAL_TOKENS",
+    "TOOL_TOKENS",
+    "TinyModelSpec",
+    "build_model",
+    "build_tiny_model",
+    "build_tokenizer",
+    "main",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Bump whenever the saved output changes for the same arguments (cache keys include it).
+BUILDER_VERSION = 1
+
+ENDOFTEXT = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+#: Control tokens, marked special (dropped by ``decode(skip_special_tokens=True)``), as in Qwen2.5.
+SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
+#: Tool-call markup; added as single tokens but *not* special, as in Qwen2.5, so decoding keeps them.
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+
+# Qwen2's pre-tokenizer split: contractions, words, single digits, punctuation runs, newlines.
+_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+_VOCAB_MULTIPLE = 64
+# Weight init draws from torch's global RNG; serialise seeded builds so threads cannot interleave.
+_SEEDED_INIT_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Sizes of the tiny model; the defaults give about 0.14M parameters.
+
+    ``vocab_size`` is the BPE training target (256 byte tokens plus merges), before the 7 added
+    chat tokens. The embedded corpus supports about 1,340, so larger targets stop early (with a
+    warning). The model's embedding has ``len(tokenizer)`` rows rounded up to a multiple of 64.
+    """
+
+    vocab_size: int = 1024
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    max_position_embeddings: int = 4096
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value <= 0:
+                raise ValueError(f"TinyModelSpec.{name} must be positive, got {value}")
+        if self.vocab_size < 256 + 1:
+            raise ValueError(
+                f"TinyModelSpec.vocab_size must exceed the 256 byte tokens, got {self.vocab_size}"
+            )
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"TinyModelSpec.hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"TinyModelSpec.num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
+            )
+
+
+def _train_bpe(vocab_size: int) -> Tokenizer:
+    """Train a byte-level BPE on the embedded corpus, with Qwen2's normalizer and pre-tokenizer."""
+    tokenizer = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=1,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
+    tokenizer.train_from_iterator(corpus_lines(), trainer=trainer)
+    if tokenizer.get_vocab_size() < vocab_size:
+        logger.warning(
+            "vocab_size %d is more than the embedded corpus supports; the BPE vocabulary has %d tokens",
+            vocab_size,
+            tokenizer.get_vocab_size(),
+        )
+    # Added tokens get ids after the learned vocabulary, in this order, as in Qwen2.5.
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
+    return tokenizer
+
+
+def build_tokenizer(vocab_size: int = TinyModelSpec.vocab_size) -> PreTrainedTokenizerFast:
+    """Return the tiny chat tokenizer: byte-level BPE, Qwen2.5 special tokens and chat template.
+
+    ``eos_token`` is ``<|im_end|>`` (the end of a chat turn, where generation stops) and
+    ``pad_token`` is ``<|endoftext|>``; there is no BOS token, as in Qwen2.5-Instruct. Training is
+    deterministic, so the same ``vocab_size`` always gives the same files.
+    """
+    return PreTrainedTokenizerFast(
+        tokenizer_object=_train_bpe(vocab_size),
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        unk_token=None,
+        bos_token=None,
+        chat_template=QWEN25_STYLE_CHAT_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+        split_special_tokens=False,
+    )
+
+
+def _token_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(token_id, int):
+        raise ValueError(f"tokenizer has no single id for {token!r}: got {token_id!r}")
+    return token_id
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def build_model(
+    tokenizer: PreTrainedTokenizerFast, spec: TinyModelSpec, *, seed: int = 0
+) -> Qwen2ForCausalLM:
+    """Return a randomly initialised float32 ``Qwen2ForCausalLM`` sized by ``spec`` for ``tokenizer``.
+
+    Weights depend only on ``seed`` and ``spec``; the caller's global torch RNG state is left as it
+    was. Token ids follow Qwen2.5-Instruct: ``bos`` and ``pad`` are ``<|endoftext|>``, ``eos`` is
+    ``<|im_end|>``, and generation also stops at ``<|endoftext|>``.
+    """
+    endoftext_id = _token_id(tokenizer, ENDOFTEXT)
+    im_end_id = _token_id(tokenizer, IM_END)
+    config = Qwen2Config(
+        vocab_size=_round_up(len(tokenizer), _VOCAB_MULTIPLE),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        max_window_layers=spec.num_layers,
+        tie_word_embeddings=True,
+        use_cache=True,
+        bos_token_id=endoftext_id,
+        eos_token_id=im_end_id,
+        pad_token_id=endoftext_id,
+        dtype="float32",
+    )
+    with _SEEDED_INIT_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config).float()  # float32 even if the default dtype was changed
+    model.generation_config = GenerationConfig(
+        bos_token_id=endoftext_id,
+        eos_token_id=[im_end_id, endoftext_id],
+        pad_token_id=endoftext_id,
+    )
+    model.eval()
+    return model
+
+
+def build_tiny_model(
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    vocab_size: int = TinyModelSpec.vocab_size,
+    hidden_size: int = TinyModelSpec.hidden_size,
+    num_layers: int = TinyModelSpec.num_layers,
+    num_heads: int = TinyModelSpec.num_heads,
+    num_kv_heads: int = TinyModelSpec.num_kv_heads,
+    intermediate_size: int = TinyModelSpec.intermediate_size,
+    max_position_embeddings: int = TinyModelSpec.max_position_embeddings,
+) -> Path:
+    """Build the tiny tokenizer and model and ``save_pretrained`` both into ``out_dir``.
+
+    The directory loads with ``AutoTokenizer.from_pretrained`` and
+    ``AutoModelForCausalLM.from_pretrained`` without network access. The same arguments always
+    write byte-identical files. Returns ``out_dir`` as a ``Path``.
+    """
+    spec = TinyModelSpec(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+    )
+    out = Path(out_dir)
+    started = time.perf_counter()
+    tokenizer = build_tokenizer(spec.vocab_size)
+    tokenizer.model_max_length = spec.max_position_embeddings
+    model = build_model(tokenizer, spec, seed=seed)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    model.save_pretrained(out)
+    logger.info(
+        "built tiny model in %s: %d tokens, %d parameters, seed %d, %.2f s",
+        out,
+        len(tokenizer),
+        model.num_parameters(),
+        seed,
+        time.perf_counter() - started,
+    )
+    return out
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    defaults = TinyModelSpec()
+    parser = argparse.ArgumentParser(
+        prog="agentrl-tiny-model",
+        description="Build a tiny Qwen2-architecture model and chat tokenizer offline into OUT_DIR.",
+    )
+    parser.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="directory to save_pretrained into")
+    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default: 0)")
+    parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size, help="BPE training target")
+    parser.add_argument("--hidden-size", type=int, default=defaults.hidden_size)
+    parser.add_argument("--num-layers", type=int, default=defaults.num_layers)
+    parser.add_argument("--num-heads", type=int, default=defaults.num_heads)
+    parser.add_argument("--num-kv-heads", type=int, default=defaults.num_kv_heads)
+    parser.add_argument("--intermediate-size", type=int, default=defaults.intermediate_size)
+    parser.add_argument("--max-position-embeddings", type=int, default=defaults.max_position_embeddings)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: ``agentrl-tiny-model OUT_DIR [--seed N] [--vocab-size V] ...``."""
+    args = _parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        out = build_tiny_model(
+            args.out_dir,
+            seed=args.seed,
+            vocab_size=args.vocab_size,
+            hidden_size=args.hidden_size,
+            num_layers=args.num_layers,
+            num_heads=args.num_heads,
+            num_kv_heads=args.num_kv_heads,
+            intermediate_size=args.intermediate_size,
+            max_position_embeddings=args.max_position_embeddings,
+        )
+    except ValueError as err:
+        raise SystemExit(f"agentrl-tiny-model: {err}") from err
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Idempotent set-up of the project venv: torch (CPU build on CPU hosts), verl 0.9.1 and
+# agentrl_ext with its training and dev extras. Re-runs are fast (a stamp records the
+# hash of setup.cfg). Override the venv location with AGENTRL_VENV.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${AGENTRL_VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+TORCH_CPU_VERSION="2.13.0"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating venv $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+
+stamp="$VENV/.agentrl-setup-$(sha256sum setup.cfg | cut -c1-16)"
+if [ -f "$stamp" ] && python -c "import agentrl_ext, verl, torch" 2>/dev/null; then
+  echo "[setup] venv up to date ($VENV)"
+  exit 0
+fi
+
+start=$(date +%s)
+if ! python -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    echo "[setup] GPU host: torch comes with verl's GPU extra (see README, GPU notes)"
+  else
+    # Never an unversioned torch here: it would pull a multi-GB CUDA build.
+    echo "[setup] installing torch==${TORCH_CPU_VERSION} (CPU)"
+    python -m pip install -q "torch==${TORCH_CPU_VERSION}"
+  fi
+fi
+echo "[setup] installing agentrl_ext[train,dev] (verl[verl-core]==0.9.1)"
+python -m pip install -q -e ".[train,dev]"
+rm -f "$VENV"/.agentrl-setup-*
+touch "$stamp"
+echo "[setup] done in $(( $(date +%s) - start ))s; venv size $(du -sh "$VENV" | cut -f1)"

@@ -1,0 +1,80 @@
+"""Recipe composition, config checks and CPU defaults of ``agentrl-train`` (no Ray)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from agentrl_ext.trainer.config import AgentRLConfig
+from agentrl_ext.trainer.main import apply_cpu_defaults, check_config, recipes_dir
+
+RECIPES = sorted(p.stem for p in Path(recipes_dir()).glob("*.yaml"))
+
+
+def _compose(name: str, overrides: list[str] | None = None):
+    with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
+        return compose(config_name=name, overrides=overrides or [])
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_composes_on_cpu(recipe):
+    config = _compose(recipe)
+    assert "agentrl" in config
+    AgentRLConfig.from_config(config.agentrl)
+    assert config.actor_rollout_ref.rollout.name
+
+
+def test_cpu_smoke_recipe_uses_cpu_parts_on_cpu():
+    config = _compose("cpu_smoke")
+    assert config.actor_rollout_ref.rollout.name == "hf"
+    assert config.algorithm.adv_estimator == "grpo"
+    assert config.actor_rollout_ref.rollout.n > 1
+
+
+def test_vllm_without_cuda_is_a_clear_error_on_cpu(tmp_path):
+    config = _compose(
+        "cpu_smoke", ["actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.model.path={tmp_path}"]
+    )
+    with pytest.raises(ValueError, match=r"rollout.name=vllm needs a CUDA GPU.*rollout.name=hf"):
+        check_config(config, cuda=False)
+
+
+def test_missing_model_path_is_named_on_cpu(tmp_path):
+    missing = tmp_path / "nowhere"
+    config = _compose("cpu_smoke", [f"actor_rollout_ref.model.path={missing}"])
+    with pytest.raises(FileNotFoundError, match=f"model.path={missing} does not exist.*agentrl-tiny-model"):
+        check_config(config, cuda=False)
+
+
+def test_missing_data_file_is_named_on_cpu(tmp_path):
+    config = _compose(
+        "cpu_smoke", [f"actor_rollout_ref.model.path={tmp_path}", f"data.train_files={tmp_path}/x.parquet"]
+    )
+    with pytest.raises(FileNotFoundError, match="data.train_files names .*x.parquet"):
+        check_config(config, cuda=False)
+
+
+def test_unknown_agentrl_key_is_named_on_cpu():
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['bogus'\] under agentrl"):
+        AgentRLConfig.from_config({"bogus": 1})
+    with pytest.raises(ValueError, match=r"under agentrl.assets"):
+        AgentRLConfig.from_config({"assets": {"build_tiny": True}})
+
+
+def test_cpu_defaults_replace_gpu_defaults_only_on_cpu():
+    config = _compose(
+        "cpu_smoke",
+        ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.actor.strategy=fsdp"],
+    )
+    apply_cpu_defaults(config)
+    assert config.trainer.device == "cpu"
+    assert config.ray_kwargs.ray_init.num_cpus >= 8
+    assert config.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+    assert config.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert config.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
+    explicit = _compose("cpu_smoke", ["ray_kwargs.ray_init.num_cpus=12"])
+    apply_cpu_defaults(explicit)
+    assert explicit.ray_kwargs.ray_init.num_cpus == 12
