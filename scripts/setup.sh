@@ -32,7 +32,10 @@ if ! python -c "import torch" 2>/dev/null; then
     python -m pip install -q "torch==${TORCH_CPU_VERSION}"
   fi
 fi
-echo "[setup] installing agentrl_ext[train,dev] (verl[verl-core]==0.9.1)"
+# verl first, alone: resolving it together with our extras sends pip into long backtracking.
+echo "[setup] installing verl[verl-core]==0.9.1"
+python -m pip install -q "verl[verl-core]==0.9.1"
+echo "[setup] installing agentrl_ext[train,dev]"
 python -m pip install -q -e ".[train,dev]"
 rm -f "$VENV"/.agentrl-setup-*
 touch "$stamp"
