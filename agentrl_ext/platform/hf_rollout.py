@@ -77,8 +77,10 @@ class HFServerAdapter(BaseRollout):
         super().__init__(config, model_config, device_mesh, *args, **kwargs)
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         world = _rollout_world_size(self.config)
-        self.replica_rank = rank // world
+        # standalone replicas (CheckpointEngineWorker) pass their replica rank explicitly
+        self.replica_rank = int(kwargs.get("replica_rank", rank // world))
         self.is_leader = rank % world == 0
+        self.is_leader_rank = self.is_leader
         self._server: Any = None
 
     def _server_handle(self) -> Any:

@@ -257,6 +257,10 @@ class HFRolloutServer:
         self.global_steps = global_steps
         logger.debug("replica %d: loaded %d tensors (step %s)", self.replica_rank, len(state), global_steps)
 
+    def export_state(self) -> dict[str, torch.Tensor]:
+        """The served weights (CPU tensors), e.g. to snapshot them into another server."""
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
     def get_global_steps(self) -> int | None:
         return self.global_steps
 

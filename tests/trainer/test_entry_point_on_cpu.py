@@ -78,3 +78,21 @@ def test_cpu_defaults_replace_gpu_defaults_only_on_cpu():
     explicit = _compose("cpu_smoke", ["ray_kwargs.ray_init.num_cpus=12"])
     apply_cpu_defaults(explicit)
     assert explicit.ray_kwargs.ray_init.num_cpus == 12
+
+
+def test_recipe_defaults_match_the_dataclasses_on_cpu():
+    from dataclasses import asdict
+
+    from omegaconf import OmegaConf
+
+    yaml_defaults = OmegaConf.to_container(OmegaConf.load(Path(recipes_dir()) / "agentrl" / "default.yaml"))
+    yaml_defaults.pop("cache_dir")
+    code_defaults = asdict(AgentRLConfig())
+    code_defaults.pop("cache_dir")
+    assert yaml_defaults == code_defaults
+
+
+def test_every_agentrl_key_can_be_overridden_without_plus_on_cpu():
+    config = _compose("cpu_smoke", ["agentrl.agent_loop.env_attempts=5", "agentrl.cross_policy.stale_step=3"])
+    parsed = AgentRLConfig.from_config(config.agentrl)
+    assert parsed.agent_loop.env_attempts == 5 and parsed.cross_policy.stale_step == 3

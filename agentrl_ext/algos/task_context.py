@@ -1,0 +1,63 @@
+"""Which task each sample of the batch being trained belongs to.
+
+verl 0.9.1 calls custom advantage estimators with ``token_level_rewards,
+response_mask, config, index (uid)`` only: not with ``non_tensor_batch``, so an
+estimator cannot see ``data_source``. The trainer that knows the batch (our
+``agentrl_sync`` trainer, or any caller) publishes ``uid -> task`` here for the
+duration of the advantage computation; the estimator looks the uids up, and
+leaves its per-task metrics here for the trainer to log.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+_lock = threading.Lock()
+_tasks: dict[str, str] | None = None
+_metrics: dict[str, float] = {}
+
+
+@contextmanager
+def batch_tasks(uid_to_task: Mapping[str, str]) -> Iterator[None]:
+    """Publish the batch's ``uid -> task`` mapping while the block runs."""
+    global _tasks
+    with _lock:
+        previous, _tasks = _tasks, {str(k): str(v) for k, v in uid_to_task.items()}
+    try:
+        yield
+    finally:
+        with _lock:
+            _tasks = previous
+
+
+def tasks_for(index: Iterable[Any]) -> list[str] | None:
+    """Tasks of the given uids, or ``None`` when no mapping is published.
+
+    Raises ``KeyError`` naming a uid that the published mapping lacks.
+    """
+    with _lock:
+        mapping = _tasks
+    if mapping is None:
+        return None
+    uids = [str(u) for u in index]
+    missing = [u for u in uids if u not in mapping]
+    if missing:
+        raise KeyError(f"no task published for uid(s) {missing[:3]} ({len(missing)} missing)")
+    return [mapping[u] for u in uids]
+
+
+def record_metrics(metrics: Mapping[str, float]) -> None:
+    """Leave metrics for the trainer to log with this step."""
+    with _lock:
+        _metrics.update(metrics)
+
+
+def drain_metrics() -> dict[str, float]:
+    """Take (and clear) the metrics recorded since the last call."""
+    with _lock:
+        out = dict(_metrics)
+        _metrics.clear()
+    return out

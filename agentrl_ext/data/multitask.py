@@ -1,0 +1,131 @@
+"""verl datasets of environment samples, with AgentRL's multi-task mixing.
+
+One row per (task, index): ``data_source`` = task, ``agent_name`` = ``agentrl``, the
+sample index JSON-encoded in ``extra_info.sample_index`` (AgentRL indices are ints or
+strings, and one parquet column holds one type), and a placeholder prompt (the real opening
+messages come from the environment at ``start_sample``).
+
+Mixing (AgentRL): smaller tasks are repeated so that every task appears about as often
+as the largest one, and the task streams are interleaved round-robin, each shuffled
+with a seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+AGENT_NAME = "agentrl"
+
+
+def sample_row(task: str, index: Any, split: str = "train") -> dict[str, Any]:
+    """One dataset row for an environment sample."""
+    return {
+        "data_source": task,
+        "agent_name": AGENT_NAME,
+        # RLHFDataset needs a chat prompt; the episode's real one comes from the environment.
+        "prompt": [{"role": "user", "content": f"{task} #{index}"}],
+        "ability": "agent",
+        "reward_model": {"style": "env", "ground_truth": ""},
+        "extra_info": {"sample_index": json.dumps(index), "task": task, "split": split},
+    }
+
+
+def mix_tasks(
+    indices_by_task: Mapping[str, Sequence[Any]], seed: int = 0, balance: bool = True
+) -> list[tuple[str, Any]]:
+    """AgentRL's mixing: (task, index) pairs, smaller tasks repeated to the largest, round-robin.
+
+    Each task's list is shuffled with ``seed``; a task repeated ``k`` times gets a fresh
+    shuffle per repetition. Empty tasks are an error that names them.
+    """
+    empty = sorted(t for t, idx in indices_by_task.items() if len(idx) == 0)
+    if empty:
+        raise ValueError(f"task(s) {empty} have no sample indices; check their workers' get_indices")
+    rng = random.Random(seed)
+    target = max(len(idx) for idx in indices_by_task.values()) if indices_by_task else 0
+    streams: dict[str, list[Any]] = {}
+    for task in sorted(indices_by_task):
+        pool = list(indices_by_task[task])
+        stream: list[Any] = []
+        want = target if balance else len(pool)
+        while len(stream) < want:
+            chunk = pool[:]
+            rng.shuffle(chunk)
+            stream += chunk[: want - len(stream)]
+        streams[task] = stream
+    mixed = []
+    for position in range(target if balance else max((len(s) for s in streams.values()), default=0)):
+        for task, stream in streams.items():
+            if position < len(stream):
+                mixed.append((task, stream[position]))
+    return mixed
+
+
+def decode_sample_index(value: Any) -> Any:
+    """The sample index of a row's ``extra_info.sample_index`` (JSON-encoded by :func:`sample_row`)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def write_dataset(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """Write rows as a verl parquet file (atomically)."""
+    import pandas as pd
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    frame = pd.DataFrame(rows)
+    frame["extra_info"] = [{**r["extra_info"], "index": i} for i, r in enumerate(rows)]
+    frame.to_parquet(tmp)
+    tmp.replace(out)
+    return out
+
+
+def build_multitask_dataset(
+    indices_by_task: Mapping[str, Sequence[Any]], path: str | Path, seed: int = 0, split: str = "train"
+) -> Path:
+    """Mix and write; returns the parquet path."""
+    mixed = mix_tasks(indices_by_task, seed=seed, balance=(split == "train"))
+    return write_dataset([sample_row(t, i, split) for t, i in mixed], path)
+
+
+async def fetch_indices(controller_url: str, tasks: Sequence[str]) -> dict[str, list[Any]]:
+    """Ask the controller for each task's sample indices."""
+    from agentrl_ext.env.client import ControllerClient
+
+    async with ControllerClient(controller_url) as client:
+        return {task: list(await client.get_indices(task)) for task in tasks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``agentrl-build-dataset --controller URL --tasks a,b --out train.parquet``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--controller", required=True, help="controller URL, e.g. http://127.0.0.1:5020/api")
+    parser.add_argument("--tasks", required=True, help="comma-separated task names")
+    parser.add_argument("--out", required=True, help="output parquet file")
+    parser.add_argument("--split", default="train", choices=["train", "val"], help="val: no repetition")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    tasks = [t for t in args.tasks.split(",") if t]
+    indices = asyncio.run(fetch_indices(args.controller, tasks))
+    path = build_multitask_dataset(indices, args.out, seed=args.seed, split=args.split)
+    counts = ", ".join(f"{t}: {len(i)}" for t, i in indices.items())
+    print(f"wrote {path} ({counts})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,251 @@
+"""Async client of the controller API, used by the agent loop and by evaluators.
+
+One :class:`ControllerClient` holds a pool of keep-alive connections; share it between all
+episodes of a process. Transport failures are retried with exponential backoff, but only where a
+retry cannot apply an agent step twice: ``interact`` is retried only when the connection could not
+be opened (the request never reached the controller), ``start_sample`` also on 503 (no free
+worker yet), ``cancel`` and the read-only calls on any transport error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+import aiohttp
+import pydantic
+import pydantic_core
+
+from agentrl_ext.env.protocol import (
+    SESSION_ID_HEADER,
+    CancelResponse,
+    InteractResponse,
+    SampleIndex,
+    SessionInfo,
+    TaskOutput,
+    WorkerInfo,
+)
+
+logger = logging.getLogger(__name__)
+
+ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
+
+
+class ControllerError(Exception):
+    """The controller answered with an error status (``status``) and a reason (``detail``)."""
+
+    def __init__(self, method: str, url: str, status: int, detail: str) -> None:
+        super().__init__(f"{method} {url} -> HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class ControllerUnavailable(Exception):
+    """The controller could not be reached after every retry."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff and jitter."""
+
+    max_attempts: int = 5
+    initial_backoff_s: float = 0.2
+    max_backoff_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.initial_backoff_s < 0 or self.max_backoff_s < self.initial_backoff_s:
+            raise ValueError(
+                f"RetryPolicy needs max_attempts >= 1 and 0 <= initial_backoff_s <= max_backoff_s, got {self}"
+            )
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (1-based)."""
+        base = min(self.max_backoff_s, self.initial_backoff_s * 2 ** (attempt - 1))
+        return base * (0.5 + random.random() / 2)
+
+
+@dataclass(frozen=True)
+class StartedSample:
+    """A new session: its id and the opening answer (messages, tools)."""
+
+    session_id: int
+    response: InteractResponse
+
+
+class ControllerClient:
+    """Typed async access to a controller, e.g. ``ControllerClient("http://127.0.0.1:5020/api")``.
+
+    Use as ``async with ControllerClient(url) as client: ...`` or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 900.0,
+        connect_timeout_s: float = 10.0,
+        max_connections: int = 1024,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"controller URL {base_url!r} must start with http:// or https://, e.g. http://127.0.0.1:5020/api"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ControllerClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close pooled connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=30),
+                timeout=self._timeout,
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        session_id: int | None = None,
+        params: dict[str, str] | None = None,
+        retry_sent: bool,
+        retry_statuses: tuple[int, ...] = (),
+    ) -> tuple[bytes, dict[str, str]]:
+        """One API call with retries; returns (body, headers) of a 200 answer."""
+        url = self.base_url + path
+        headers = {"content-type": "application/json"}
+        if session_id is not None:
+            headers[SESSION_ID_HEADER] = str(session_id)
+        data = pydantic_core.to_json(body) if body is not None else None
+        last_error: Exception | None = None
+        for attempt in range(1, self.retry.max_attempts + 1):
+            if attempt > 1:
+                await asyncio.sleep(self.retry.backoff(attempt - 1))
+            try:
+                async with self._http().request(
+                    method, url, data=data, headers=headers, params=params
+                ) as response:
+                    payload = await response.read()
+                    if response.status == 200:
+                        return payload, dict(response.headers)
+                    detail = _detail(payload)
+                    if response.status in retry_statuses and attempt < self.retry.max_attempts:
+                        logger.info("%s %s: HTTP %d (%s); retrying", method, path, response.status, detail)
+                        last_error = ControllerError(method, url, response.status, detail)
+                        continue
+                    raise ControllerError(method, url, response.status, detail)
+            except aiohttp.ClientConnectorError as exc:
+                last_error = exc  # never reached the controller: always safe to retry
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                if not retry_sent:
+                    raise ControllerUnavailable(
+                        f"{method} {url} failed after the request was sent ({type(exc).__name__}: {exc}); not retried "
+                        "because the controller may have applied it"
+                    ) from exc
+                last_error = exc
+            logger.info(
+                "%s %s attempt %d/%d failed: %s", method, path, attempt, self.retry.max_attempts, last_error
+            )
+        if isinstance(last_error, ControllerError):
+            raise last_error
+        raise ControllerUnavailable(
+            f"{method} {url} failed {self.retry.max_attempts} times; last error: {type(last_error).__name__}: {last_error}"
+        ) from last_error
+
+    async def start_sample(
+        self, name: str, index: SampleIndex, custom_task: dict[str, Any] | None = None
+    ) -> StartedSample:
+        """Start a session of task ``name`` at ``index`` (``-1`` with ``custom_task`` for a custom one)."""
+        payload, headers = await self._call(
+            "POST",
+            "/start_sample",
+            body={"name": name, "index": index, "custom_task": custom_task},
+            retry_sent=False,
+            retry_statuses=(503,),
+        )
+        raw_id = headers.get(SESSION_ID_HEADER)
+        if raw_id is None:
+            raise ControllerError(
+                "POST", self.base_url + "/start_sample", 200, "answer has no session_id header"
+            )
+        return StartedSample(int(raw_id), _parse(InteractResponse, payload, "start_sample"))
+
+    async def interact(self, session_id: int, messages: list[dict[str, Any]]) -> InteractResponse:
+        """Send the agent's step (assistant messages with tool calls); returns the environment's answer."""
+        payload, _ = await self._call(
+            "POST", "/interact", body={"messages": messages}, session_id=session_id, retry_sent=False
+        )
+        return _parse(InteractResponse, payload, "interact")
+
+    async def cancel(self, session_id: int) -> CancelResponse:
+        """Cancel a session (safe to repeat)."""
+        payload, _ = await self._call("POST", "/cancel", session_id=session_id, retry_sent=True)
+        return _parse(CancelResponse, payload, "cancel")
+
+    async def get_indices(self, name: str) -> list[SampleIndex]:
+        """Sample indices of task ``name``."""
+        payload, _ = await self._call("GET", "/get_indices", params={"name": name}, retry_sent=True)
+        return list(pydantic_core.from_json(payload))
+
+    async def list_workers(self) -> dict[str, list[WorkerInfo]]:
+        """Registered workers by task."""
+        payload, _ = await self._call("GET", "/list_workers", retry_sent=True)
+        raw = pydantic_core.from_json(payload)
+        return {name: [WorkerInfo.model_validate(w) for w in workers] for name, workers in raw.items()}
+
+    async def list_sessions(self, name: str | None = None) -> list[SessionInfo]:
+        """Open sessions (optionally of one task)."""
+        payload, _ = await self._call(
+            "GET", "/list_sessions", params={"name": name} if name else None, retry_sent=True
+        )
+        return [SessionInfo.model_validate(item) for item in pydantic_core.from_json(payload)]
+
+    async def calculate_overall(self, name: str, results: list[TaskOutput]) -> Any:
+        """The task's summary of finished samples."""
+        payload, _ = await self._call(
+            "POST",
+            "/calculate_overall",
+            body={"name": name, "results": [r.model_dump(mode="json") for r in results]},
+            retry_sent=True,
+        )
+        return pydantic_core.from_json(payload)
+
+
+def _detail(payload: bytes) -> str:
+    try:
+        parsed = pydantic_core.from_json(payload)
+    except ValueError:
+        return payload[:300].decode("utf-8", "replace")
+    if isinstance(parsed, dict) and "detail" in parsed:
+        return str(parsed["detail"])
+    return str(parsed)[:300]
+
+
+def _parse(model: type[ModelT], payload: bytes, what: str) -> ModelT:
+    try:
+        return model.model_validate_json(payload)
+    except pydantic.ValidationError as exc:
+        raise ControllerError("POST", what, 200, f"malformed {what} answer: {exc}") from None

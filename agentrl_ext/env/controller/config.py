@@ -1,0 +1,58 @@
+"""Controller settings (one dataclass, validated when built)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass
+class ControllerConfig:
+    """Timeouts and limits of the centralized controller.
+
+    Defaults follow AgentRL: workers send a heartbeat every 8 s, so a worker silent for
+    ``heartbeat_timeout_s`` (about three missed beats) is unhealthy; idle sessions expire after
+    ``idle_timeout_s`` (600 s).
+    """
+
+    heartbeat_timeout_s: float = 25.0
+    """A worker whose last heartbeat is older than this becomes unhealthy; its sessions end."""
+    idle_timeout_s: float = 600.0
+    """An open session with no request for this long is cancelled on its worker."""
+    check_interval_s: float = 1.0
+    """How often worker health and session expiry are checked."""
+    worker_request_timeout_s: float = 600.0
+    """Longest wait for a worker's answer (an environment step may run a long command)."""
+    worker_connect_timeout_s: float = 5.0
+    """Longest wait to open a connection to a worker."""
+    full_backoff_s: float = 1.0
+    """After a worker answers 406 (full), route around it this long or until one of its sessions ends."""
+    forget_worker_after_s: float = 600.0
+    """An unhealthy worker is dropped from ``list_workers`` after this long without a heartbeat."""
+    ended_session_ttl_s: float = 600.0
+    """How long an ended session's final status is kept to answer late calls about it."""
+    max_unreported_sessions: int = 100_000
+    """Upper bound on remembered sessions the controller ended and the client has not heard of."""
+    max_reported_sessions: int = 20_000
+    """Upper bound on remembered finished sessions whose status the client already saw."""
+    max_connections_per_worker: int = 2048
+    """Pooled keep-alive connections to one worker (one per request in flight)."""
+    keepalive_timeout_s: float = 4.0
+    """Idle pooled connections are closed after this long; below uvicorn's default 5 s so a worker
+    never closes a connection the controller is about to reuse."""
+    cancel_grace_s: float = 30.0
+    """Longest wait for a worker to confirm a cancel before the controller gives up on it."""
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(
+                    f"ControllerConfig.{item.name} must be a positive number, got {value!r}; "
+                    f"the default is {item.default!r}"
+                )
+        if self.check_interval_s > min(self.heartbeat_timeout_s, self.idle_timeout_s):
+            raise ValueError(
+                f"ControllerConfig.check_interval_s={self.check_interval_s} must not exceed "
+                f"heartbeat_timeout_s={self.heartbeat_timeout_s} or idle_timeout_s={self.idle_timeout_s}; "
+                "otherwise expiry and health checks run too late"
+            )

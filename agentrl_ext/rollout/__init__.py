@@ -1,0 +1,1 @@
+"""Rollout side: the AgentRL agent loop (registered in verl) and cross-policy sampling."""

@@ -1,0 +1,164 @@
+"""verl v1 trainer mode ``agentrl_sync``: verl's synchronous PPO trainer plus AgentRL's glue.
+
+``trainer.v1.trainer_mode=agentrl_sync`` selects it. It subclasses verl's
+``PPOTrainerSync`` and overrides three hooks, nothing else:
+
+- ``_compute_advantage``: publishes each sample's task (``data_source``) for the
+  ``task_norm_grpo`` estimator (verl passes estimators only the uid), then logs
+  per-task episode metrics and cross-policy metrics for the batch;
+- ``get_llm_client``: with cross-policy sampling on, the agent loops get a client
+  that routes every generation call to the current or the stale pool;
+- ``on_init_end`` / ``on_step_end``: the stale pool is launched and takes the
+  current weights at start, then again every ``stale_step`` steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import transfer_queue as tq
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from agentrl_ext.algos import task_context
+from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
+from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
+from agentrl_ext.trainer.config import AgentRLConfig
+
+logger = logging.getLogger(__name__)
+
+TRAINER_MODE = "agentrl_sync"
+
+
+def episode_metrics(
+    tasks: list[str], rewards: list[float], extras: list[dict[str, Any]], global_step: int | None = None
+) -> dict[str, float]:
+    """Per-task, policy-version and cross-policy metrics of one batch of episodes (``agentrl/...`` keys)."""
+    metrics: dict[str, float] = {}
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for i, task in enumerate(tasks):
+        by_task[task].append(i)
+    failed_total = 0
+    for task, rows in by_task.items():
+        info = [extras[i].get("agentrl", {}) for i in rows]
+        failed = [bool(x.get("failed")) for x in info]
+        failed_total += sum(failed)
+        ok = [i for i, f in zip(rows, failed, strict=True) if not f]
+        prefix = f"agentrl/task/{task}/"
+        metrics[prefix + "episodes"] = float(len(rows))
+        metrics[prefix + "failed"] = float(sum(failed))
+        if ok:
+            metrics[prefix + "success_rate"] = float(
+                np.mean([bool(extras[i]["agentrl"].get("success")) for i in ok])
+            )
+            metrics[prefix + "episode_reward_mean"] = float(np.mean([rewards[i] for i in ok]))
+            metrics[prefix + "turns_mean"] = float(
+                np.mean([len(extras[i]["agentrl"].get("turn_policies", [])) for i in ok])
+            )
+        for status in {x.get("status") for x in info if x.get("status")}:
+            metrics[prefix + f"status/{status}"] = float(sum(x.get("status") == status for x in info))
+    metrics["agentrl/env/failed_episodes"] = float(failed_total)
+    # The environment's reward is the reward: count episodes whose trained reward differs from it.
+    metrics["agentrl/env/reward_overwritten"] = float(
+        sum(
+            abs(r - x["agentrl"]["reward"]) > 1e-6
+            for r, x in zip(rewards, extras, strict=True)
+            if "reward" in x.get("agentrl", {})
+        )
+    )
+    metrics.update(_cross_policy_metrics(rewards, extras))
+    if global_step is not None:
+        # How many optimizer steps behind the trained policy each turn's generating weights were.
+        lags = [global_step - 1 - v for x in extras for v in x.get("agentrl", {}).get("turn_versions", [])]
+        if lags:
+            metrics["agentrl/policy/turn_version_lag_mean"] = float(np.mean(lags))
+            metrics["agentrl/policy/turn_version_lag_max"] = float(np.max(lags))
+    return metrics
+
+
+def _cross_policy_metrics(rewards: list[float], extras: list[dict[str, Any]]) -> dict[str, float]:
+    turns = {CURRENT: 0, STALE: 0}
+    weighted = {CURRENT: 0.0, STALE: 0.0}
+    for reward, extra in zip(rewards, extras, strict=True):
+        policies = extra.get("agentrl", {}).get("turn_policies", [])
+        for pool in turns:
+            share = policies.count(pool)
+            turns[pool] += share
+            weighted[pool] += reward * share
+    total = sum(turns.values())
+    if not total:
+        return {}
+    out = {f"agentrl/cross_policy/turn_share/{pool}": n / total for pool, n in turns.items()}
+    for pool, n in turns.items():
+        if n:
+            out[f"agentrl/cross_policy/reward_mean/{pool}"] = weighted[pool] / n
+    return out
+
+
+def _as_list(values: Any) -> list[Any]:
+    """Plain Python values of a TransferQueue / tensordict non-tensor field."""
+    items = values.tolist() if hasattr(values, "tolist") else list(values)
+    return [getattr(item, "data", item) for item in items]
+
+
+@register_trainer(TRAINER_MODE)
+class AgentRLTrainerSync(PPOTrainerSync):
+    """verl's sync trainer with task-aware advantages, per-task metrics and cross-policy sampling."""
+
+    stale_pool: StalePool | None = None
+
+    def _agentrl(self) -> AgentRLConfig:
+        return AgentRLConfig.from_config(self.config.get("agentrl"))
+
+    def get_llm_client(self) -> Any:
+        cross = self._agentrl().cross_policy
+        if self.stale_pool is None:
+            return super().get_llm_client()
+        return CrossPolicyLLMServerClient(
+            config=self.config,
+            load_balancer_handle=self.llm_server_manager.global_load_balancer,
+            stale_load_balancer_handle=self.stale_pool.load_balancer,
+            stale_ratio=cross.stale_ratio,
+            seed=cross.seed,
+        )
+
+    def _current_servers(self) -> list[Any]:
+        return [s for replica in self.llm_server_manager.get_replicas() for s in replica.servers]
+
+    def on_init_end(self) -> None:
+        # verl calls this at the end of init(), after the current pool got its first weights.
+        super().on_init_end()
+        cross = self._agentrl().cross_policy
+        if cross.enable and self.stale_pool is None:
+            start_rank = len(self.llm_server_manager.get_replicas())
+            self.stale_pool = StalePool.create(self.config, cross.stale_replicas, start_rank)
+            self.stale_pool.refresh(self._current_servers(), self.global_steps)
+
+    def on_step_end(self) -> None:
+        super().on_step_end()
+        cross = self._agentrl().cross_policy
+        if self.stale_pool is not None and refresh_due(self.global_steps, cross.stale_step):
+            self.stale_pool.refresh(self._current_servers(), self.global_steps)
+        if self.stale_pool is not None and self.stale_pool.version is not None:
+            task_context.record_metrics(
+                {"agentrl/cross_policy/stale_version": float(self.stale_pool.version)}
+            )
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        data = tq.kv_batch_get(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            select_fields=["uid", "data_source", "extra_fields", "rm_scores"],
+        )
+        uids = [str(u) for u in _as_list(data["uid"])]
+        tasks = [str(t) for t in _as_list(data["data_source"])]
+        extras = [e if isinstance(e, dict) else {} for e in _as_list(data["extra_fields"])]
+        rewards = [float(r.sum()) for r in data["rm_scores"].unbind(0)]
+        with task_context.batch_tasks(dict(zip(uids, tasks, strict=True))):
+            batch = super()._compute_advantage(batch, metrics)
+        metrics.update(task_context.drain_metrics())
+        metrics.update(episode_metrics(tasks, rewards, extras, global_step=self.global_steps))
+        return batch

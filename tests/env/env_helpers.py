@@ -1,0 +1,24 @@
+"""Agent steps (assistant messages) used across the environment tests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def tool_step(
+    name: str, arguments: dict[str, Any] | None = None, call_id: str = "call_1"
+) -> list[dict[str, Any]]:
+    """One assistant message calling ``name`` with JSON ``arguments``."""
+    return raw_tool_step(name, json.dumps(arguments or {}), call_id)
+
+
+def raw_tool_step(name: str, raw_arguments: str, call_id: str = "call_1") -> list[dict[str, Any]]:
+    """One assistant message calling ``name`` with ``raw_arguments`` as given (maybe malformed)."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw_arguments}}
+    return [{"role": "assistant", "content": None, "tool_calls": [call]}]
+
+
+def text_step(content: str) -> list[dict[str, Any]]:
+    """One assistant message with text and no tool call."""
+    return [{"role": "assistant", "content": content}]

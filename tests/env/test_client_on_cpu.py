@@ -1,0 +1,62 @@
+"""ControllerClient retries: only where a retry cannot apply an agent step twice."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from env_helpers import tool_step
+from env_servers import LOOPBACK, Servers, free_port, wait_routable
+
+from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable, RetryPolicy
+
+FAST = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
+
+
+async def test_unreachable_controller_is_retried_then_reported():
+    url = f"http://{LOOPBACK}:{free_port()}/api"
+    async with ControllerClient(url, retry=FAST) as client:
+        with pytest.raises(ControllerUnavailable, match="failed 3 times"):
+            await client.start_sample("echo", 0)
+
+
+async def test_interact_is_not_retried_once_the_request_was_sent():
+    """A controller that reads the request and drops the connection: retrying could step twice."""
+    connections = 0
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(drop, LOOPBACK, 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, ControllerClient(f"http://{LOOPBACK}:{port}/api", retry=FAST) as client:
+        with pytest.raises(ControllerUnavailable, match="not retried"):
+            await client.interact(1, tool_step("echo", {"text": "x"}))
+        assert connections == 1
+
+
+async def test_start_sample_waits_for_capacity_with_backoff(servers: Servers):
+    controller = servers.controller()
+    servers.worker(controller, concurrency=1)
+    wait_routable(controller, "probe")
+    patient = RetryPolicy(max_attempts=20, initial_backoff_s=0.05, max_backoff_s=0.2)
+    async with ControllerClient(controller.api, retry=patient) as client:
+        first = await client.start_sample("probe", "forever")
+
+        async def free_later() -> None:
+            await asyncio.sleep(0.3)
+            await client.cancel(first.session_id)
+
+        releaser = asyncio.create_task(free_later())
+        second = await client.start_sample("probe", "echo")  # 503 "at capacity" until the cancel
+        await releaser
+        assert second.session_id != first.session_id
+    async with ControllerClient(
+        controller.api, retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.01)
+    ) as client:
+        with pytest.raises(ControllerError) as full:
+            await client.start_sample("probe", "forever")
+        assert full.value.status == 503

@@ -1,0 +1,107 @@
+"""Cross-policy sampling: routing share, per-call routing, the stale refresh schedule and copy."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import ray
+from verl.workers.rollout.llm_server import LLMServerClient
+from verl.workers.rollout.replica import TokenOutput
+
+from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient, PolicyRouter
+from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.25, 0.5, 1.0])
+def test_routing_share_within_tolerance_on_cpu(ratio):
+    router = PolicyRouter(ratio, seed=123)
+    n = 20000
+    share = sum(router.draw() == STALE for _ in range(n)) / n
+    tolerance = 4 * math.sqrt(ratio * (1 - ratio) / n)  # 4 sigma of a binomial share
+    assert abs(share - ratio) <= tolerance
+
+
+def test_bad_ratio_is_named_on_cpu():
+    with pytest.raises(ValueError, match="stale_ratio=1.5"):
+        PolicyRouter(1.5)
+
+
+class _FakeClient:
+    def __init__(self, pool: str) -> None:
+        self.pool, self.calls = pool, []
+
+    async def generate(self, request_id: Any, **kwargs: Any) -> TokenOutput:
+        self.calls.append(request_id)
+        return TokenOutput(token_ids=[1], log_probs=[-0.1], extra_fields={"served_by": self.pool})
+
+
+def test_every_generation_call_is_routed_and_tagged_on_cpu(monkeypatch):
+    current = _FakeClient(CURRENT)
+    monkeypatch.setattr(LLMServerClient, "generate", lambda self, rid, **kw: current.generate(rid, **kw))
+    client = CrossPolicyLLMServerClient(
+        config=None, load_balancer_handle=None, stale_load_balancer_handle=None, stale_ratio=0.3
+    )
+    client._stale = _FakeClient(STALE)
+
+    async def many() -> list[TokenOutput]:
+        return [await client.generate("sample-1", prompt_ids=[1], sampling_params={}) for _ in range(2000)]
+
+    outputs = asyncio.run(many())
+    assert all(o.extra_fields["policy"] == o.extra_fields["served_by"] for o in outputs)
+    share = sum(o.extra_fields["policy"] == STALE for o in outputs) / len(outputs)
+    assert abs(share - 0.3) < 0.05
+    # the same request id goes to each pool: stickiness inside a pool is the pool balancer's job
+    assert set(current.calls) == set(client._stale.calls) == {"sample-1"}
+
+
+def test_client_pickles_without_its_rng_on_cpu():
+    import pickle
+
+    client = CrossPolicyLLMServerClient(
+        config=None, load_balancer_handle=None, stale_load_balancer_handle=None, stale_ratio=0.3
+    )
+    client.router.draw()
+    assert pickle.loads(pickle.dumps(client))._router is None
+
+
+def test_stale_refresh_schedule_on_cpu():
+    assert [s for s in range(0, 101) if refresh_due(s, 25)] == [25, 50, 75, 100]
+    assert [s for s in range(0, 6) if refresh_due(s, 1)] == [1, 2, 3, 4, 5]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_refresh_copies_current_weights_into_stale_servers_on_cpu(local_ray):
+    from verl.workers.config import HFModelConfig, RolloutConfig
+
+    from agentrl_ext.platform.hf_server import HFRolloutServer
+    from agentrl_ext.testing.tiny_model import tiny_model_path
+
+    config = RolloutConfig(
+        name="hf", dtype="float32", prompt_length=16, response_length=8, tensor_model_parallel_size=1
+    )
+    model = HFModelConfig(path=str(tiny_model_path()))
+    server = ray.remote(HFRolloutServer)
+    current, stale = server.remote(config, model, 0), server.remote(config, model, 1)
+    state = ray.get(current.export_state.remote())
+    bumped = {k: v + 0.01 for k, v in state.items()}
+    ray.get(current.update_weights.remote(bumped, 25))
+    pool = StalePool(
+        manager=SimpleNamespace(get_replicas=lambda: [SimpleNamespace(servers=[stale])]), rollout_name="hf"
+    )
+    assert ray.get(stale.state_dict_checksum.remote()) != ray.get(current.state_dict_checksum.remote())
+    pool.refresh([current], global_step=25)
+    assert pool.version == 25
+    assert ray.get(stale.get_global_steps.remote()) == 25
+    assert ray.get(stale.state_dict_checksum.remote()) == pytest.approx(
+        ray.get(current.state_dict_checksum.remote())
+    )

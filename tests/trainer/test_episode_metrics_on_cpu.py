@@ -1,0 +1,37 @@
+"""Per-task, cross-policy and policy-version metrics of the agentrl_sync trainer."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl_ext.trainer.agentrl_trainer import episode_metrics
+
+
+def _extra(success, status="completed", policies=("current",), versions=(3,), reward=1.0, failed=False):
+    return {"agentrl": {"success": success, "status": status, "turn_policies": list(policies),
+                        "turn_versions": list(versions), "reward": reward, "failed": failed}}  # fmt: skip
+
+
+def test_episode_metrics_on_cpu():
+    tasks = ["os", "os", "db", "db"]
+    rewards = [1.0, -0.2, 0.0, 1.0]
+    extras = [
+        _extra(True, policies=("current", "stale"), versions=(3, 1)),
+        _extra(False, status="task limit reached", reward=-0.2, versions=(3,)),
+        _extra(False, status="task error", failed=True, policies=(), versions=(), reward=0.0),
+        _extra(True, policies=("stale",), versions=(1,)),
+    ]
+    m = episode_metrics(tasks, rewards, extras, global_step=4)
+    assert m["agentrl/task/os/success_rate"] == 0.5
+    assert m["agentrl/task/os/status/task limit reached"] == 1
+    assert m["agentrl/task/db/failed"] == 1 and m["agentrl/task/db/success_rate"] == 1.0  # failed ones excluded
+    assert m["agentrl/env/failed_episodes"] == 1
+    assert m["agentrl/cross_policy/turn_share/stale"] == pytest.approx(2 / 4)
+    assert m["agentrl/cross_policy/reward_mean/stale"] == pytest.approx((1.0 + 1.0) / 2)
+    assert m["agentrl/policy/turn_version_lag_max"] == 2  # weights of step 1 used at step 4
+    assert m["agentrl/env/reward_overwritten"] == 0
+
+
+def test_overwritten_reward_is_counted_on_cpu():
+    m = episode_metrics(["os"], [0.3], [_extra(True, reward=1.0)])
+    assert m["agentrl/env/reward_overwritten"] == 1
