@@ -24,7 +24,9 @@ def test_episode_metrics_on_cpu():
     m = episode_metrics(tasks, rewards, extras, global_step=4)
     assert m["agentrl/task/os/success_rate"] == 0.5
     assert m["agentrl/task/os/status/task limit reached"] == 1
-    assert m["agentrl/task/db/failed"] == 1 and m["agentrl/task/db/success_rate"] == 1.0  # failed ones excluded
+    assert (
+        m["agentrl/task/db/failed"] == 1 and m["agentrl/task/db/success_rate"] == 1.0
+    )  # failed ones excluded
     assert m["agentrl/env/failed_episodes"] == 1
     assert m["agentrl/cross_policy/turn_share/stale"] == pytest.approx(2 / 4)
     assert m["agentrl/cross_policy/reward_mean/stale"] == pytest.approx((1.0 + 1.0) / 2)
