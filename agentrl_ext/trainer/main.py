@@ -20,6 +20,7 @@ from agentrl_ext.trainer.config import AgentRLConfig
 logger = logging.getLogger(__name__)
 
 GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
+AGENT_LOOP_NAME = "agentrl"
 
 
 def recipes_dir() -> str:
@@ -66,6 +67,51 @@ def check_config(config: DictConfig, cuda: bool) -> None:
                 raise FileNotFoundError(f"data.{key} names {f}, which does not exist")
 
 
+def _dataset_tasks(config: DictConfig) -> set[str]:
+    """The ``data_source`` values of rows that the ``agentrl`` agent loop will play."""
+    import pandas as pd
+
+    default_loop = config.actor_rollout_ref.rollout.agent.get("default_agent_loop")
+    tasks: set[str] = set()
+    for key in ("train_files", "val_files"):
+        files = config.data.get(key)
+        for f in [files] if isinstance(files, str) else list(files or []):
+            if "://" in str(f):
+                continue
+            frame = pd.read_parquet(str(f), columns=None)
+            agent = frame["agent_name"] if "agent_name" in frame else pd.Series([default_loop] * len(frame))
+            tasks |= set(frame.loc[agent.fillna(default_loop) == AGENT_LOOP_NAME, "data_source"].astype(str))
+    return tasks
+
+
+def check_environment(config: DictConfig, agentrl: AgentRLConfig, timeout_s: float = 10.0) -> None:
+    """When the agentrl agent loop will run: the controller answers and serves every task of the data."""
+    tasks = _dataset_tasks(config)
+    if not tasks:
+        return
+    url = agentrl.agent_loop.controller_url
+    if not url:
+        raise ValueError(
+            f"the dataset has agentrl episodes (tasks {sorted(tasks)}) but agentrl.agent_loop.controller_url is "
+            f"not set; start agentrl-controller and set e.g. agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api"
+        )
+    import httpx
+
+    try:
+        workers = httpx.get(f"{url.rstrip('/')}/list_workers", timeout=timeout_s).json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ConnectionError(
+            f"agentrl.agent_loop.controller_url={url} does not answer ({type(exc).__name__}: {exc}); "
+            f"start agentrl-controller there or fix the URL"
+        ) from exc
+    missing = sorted(t for t in tasks if not any(w.get("healthy") for w in workers.get(t, [])))
+    if missing:
+        raise LookupError(
+            f"the controller at {url} has no healthy worker for task(s) {missing} named by the dataset's "
+            f"data_source; it serves {sorted(workers)}. Start their task workers (agentrl-task-worker ...)."
+        )
+
+
 def apply_cpu_defaults(config: DictConfig) -> None:
     """Fill in what verl needs to run on the CPU platform, where the user left verl's GPU defaults."""
     with open_dict(config):
@@ -104,6 +150,7 @@ def run(config: DictConfig) -> None:
         config.agentrl.cache_dir = agentrl.cache_dir
     prepare_assets(config, agentrl)
     check_config(config, cuda=cuda_present())
+    check_environment(config, agentrl)
     if cpu_platform_active():
         os.environ.setdefault("VERL_PLATFORM", "cpu")  # inherited by every Ray process
         apply_cpu_defaults(config)

@@ -96,3 +96,44 @@ def test_every_agentrl_key_can_be_overridden_without_plus_on_cpu():
     config = _compose("cpu_smoke", ["agentrl.agent_loop.env_attempts=5", "agentrl.cross_policy.stale_step=3"])
     parsed = AgentRLConfig.from_config(config.agentrl)
     assert parsed.agent_loop.env_attempts == 5 and parsed.cross_policy.stale_step == 3
+
+
+def _agentrl_config(tmp_path, url, tasks):
+    from agentrl_ext.data.multitask import build_multitask_dataset
+
+    data = build_multitask_dataset({t: [0, 1] for t in tasks}, tmp_path / "train.parquet")
+    return _compose(
+        "cpu_agentrl",
+        [f"data.train_files={data}", f"data.val_files={data}", f"agentrl.agent_loop.controller_url={url}"],
+    )
+
+
+def test_unreachable_controller_is_named_on_cpu(tmp_path):
+    from agentrl_ext.testing.env_servers import free_port
+    from agentrl_ext.trainer.main import check_environment
+
+    url = f"http://127.0.0.1:{free_port()}/api"
+    config = _agentrl_config(tmp_path, url, ["letters"])
+    with pytest.raises(ConnectionError, match=f"controller_url={url} does not answer"):
+        check_environment(config, AgentRLConfig.from_config(config.agentrl), timeout_s=2)
+
+
+def test_task_without_worker_is_named_on_cpu(tmp_path):
+    from agentrl_ext.testing.env_servers import env_servers
+    from agentrl_ext.trainer.main import check_environment
+
+    with env_servers([("letters", "letters", "envs.letters.task:LettersTask")], tmp_path / "logs") as servers:
+        config = _agentrl_config(tmp_path, servers.controller_url, ["letters", "digits"])
+        with pytest.raises(
+            LookupError, match=r"no healthy worker for task\(s\) \['digits'\].*serves \['letters'\]"
+        ):
+            check_environment(config, AgentRLConfig.from_config(config.agentrl))
+        good = _agentrl_config(tmp_path, servers.controller_url, ["letters"])
+        check_environment(good, AgentRLConfig.from_config(good.agentrl))
+
+
+def test_non_agentrl_datasets_skip_the_environment_check_on_cpu():
+    from agentrl_ext.trainer.main import check_environment
+
+    config = _compose("cpu_smoke", ["data.train_files=[]", "data.val_files=[]"])
+    check_environment(config, AgentRLConfig.from_config(config.agentrl))
