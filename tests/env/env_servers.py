@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,18 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
+from agentrl_ext.testing.env_servers import free_port  # noqa: F401  (re-exported for the env tests)
+
 REPO = Path(__file__).resolve().parents[2]
 TESTS_ENV = Path(__file__).resolve().parent
 LOOPBACK = "127.0.0.1"
 PROBE_TASK = "probe_tasks:ProbeTask"
 ECHO_TASK = "envs.echo.task:EchoTask"
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(
