@@ -38,15 +38,12 @@ def build_toy_dataset(
     out_dir: str | Path, n_train: int = 256, n_val: int = 16, seed: int = 0
 ) -> tuple[Path, Path]:
     """Write ``train.parquet`` and ``val.parquet`` under ``out_dir`` (kept if already there)."""
-    import pandas as pd
+    from agentrl_ext.data.multitask import write_dataset
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     train, val = out / "train.parquet", out / "val.parquet"
     for path, n, s in ((train, n_train, seed), (val, n_val, seed + 1)):
         if not path.exists():
-            tmp = path.with_suffix(".tmp")
-            pd.DataFrame(toy_rows(n, s)).to_parquet(tmp)
-            tmp.replace(path)
+            write_dataset(toy_rows(n, s), path)
             logger.info("wrote %d toy rows to %s", n, path)
     return train, val

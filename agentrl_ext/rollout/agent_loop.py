@@ -97,7 +97,7 @@ class AgentRLAgentLoop(AgentLoopBase):
             logger.warning("episode %s[%s] dropped from the loss: %s", task, index, exc)
             output = self._dropped(task, index, str(exc), started)
         # Policy versions (verl's off-policy bookkeeping): the weights versions that generated the turns.
-        versions = output.extra_fields.pop("_versions", [])
+        versions = output.extra_fields["agentrl"].get("turn_versions", [])
         fallback = kwargs.get("global_steps")
         output.extra_fields["min_global_steps"] = min(versions) if versions else fallback
         output.extra_fields["max_global_steps"] = max(versions) if versions else fallback
@@ -178,7 +178,6 @@ class AgentRLAgentLoop(AgentLoopBase):
         success = completed and reward >= self.settings.success_reward
         extra = self._extra(task, index, status.value, final_reward, success, policies, env_metrics, started)
         extra["agentrl"]["turn_versions"] = versions
-        extra["_versions"] = versions
         return AgentLoopOutput(
             prompt_ids=transcript.prompt_ids,
             response_ids=transcript.response_ids,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -65,6 +64,3 @@ class StalePool:
         ray.get([t.update_weights.remote(state_ref, global_step) for t in targets])
         self.version = global_step
         logger.info("stale pool refreshed to the weights of step %d", global_step)
-
-    async def refresh_async(self, current_servers: list[Any], global_step: int) -> None:
-        await asyncio.to_thread(self.refresh, current_servers, global_step)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from typing import Any
@@ -26,7 +27,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from agentrl_ext.algos import task_context
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
-from agentrl_ext.trainer.config import AgentRLConfig
+from agentrl_ext.trainer.config import AgentRLConfig, CrossPolicyConfig
 
 logger = logging.getLogger(__name__)
 
@@ -110,11 +111,12 @@ class AgentRLTrainerSync(PPOTrainerSync):
 
     stale_pool: StalePool | None = None
 
-    def _agentrl(self) -> AgentRLConfig:
-        return AgentRLConfig.from_config(self.config.get("agentrl"))
+    @functools.cached_property
+    def _cross_policy(self) -> CrossPolicyConfig:
+        return AgentRLConfig.from_config(self.config.get("agentrl")).cross_policy
 
     def get_llm_client(self) -> Any:
-        cross = self._agentrl().cross_policy
+        cross = self._cross_policy
         if self.stale_pool is None:
             return super().get_llm_client()
         return CrossPolicyLLMServerClient(
@@ -131,7 +133,7 @@ class AgentRLTrainerSync(PPOTrainerSync):
     def on_init_end(self) -> None:
         # verl calls this at the end of init(), after the current pool got its first weights.
         super().on_init_end()
-        cross = self._agentrl().cross_policy
+        cross = self._cross_policy
         if cross.enable and self.stale_pool is None:
             start_rank = len(self.llm_server_manager.get_replicas())
             self.stale_pool = StalePool.create(self.config, cross.stale_replicas, start_rank)
@@ -139,7 +141,7 @@ class AgentRLTrainerSync(PPOTrainerSync):
 
     def on_step_end(self) -> None:
         super().on_step_end()
-        cross = self._agentrl().cross_policy
+        cross = self._cross_policy
         if self.stale_pool is not None and refresh_due(self.global_steps, cross.stale_step):
             self.stale_pool.refresh(self._current_servers(), self.global_steps)
         if self.stale_pool is not None and self.stale_pool.version is not None:

@@ -44,6 +44,17 @@ def prepare_assets(config: DictConfig, agentrl: AgentRLConfig) -> None:
         build_toy_dataset(train.parent)
 
 
+def _local_data_files(config: DictConfig) -> list[tuple[str, str]]:
+    """``(key, path)`` of every local file in ``data.train_files`` / ``data.val_files`` (URLs left out)."""
+    out = []
+    for key in ("train_files", "val_files"):
+        files = config.data.get(key)
+        for f in [files] if isinstance(files, str) else list(files or []):
+            if "://" not in str(f):
+                out.append((key, str(f)))
+    return out
+
+
 def check_config(config: DictConfig, cuda: bool) -> None:
     """Raise on configuration mistakes before Ray starts, naming the value and the fix."""
     rollout = str(config.actor_rollout_ref.rollout.name)
@@ -60,11 +71,9 @@ def check_config(config: DictConfig, cuda: bool) -> None:
             f"or build the tiny offline model there with `agentrl-tiny-model {model_path}` "
             f"(or set agentrl.assets.build_tiny_model=true)."
         )
-    for key in ("train_files", "val_files"):
-        files = config.data.get(key)
-        for f in [files] if isinstance(files, str) else list(files or []):
-            if "://" not in str(f) and not Path(str(f)).exists():
-                raise FileNotFoundError(f"data.{key} names {f}, which does not exist")
+    for key, f in _local_data_files(config):
+        if not Path(f).exists():
+            raise FileNotFoundError(f"data.{key} names {f}, which does not exist")
 
 
 def _dataset_tasks(config: DictConfig) -> set[str]:
@@ -73,14 +82,10 @@ def _dataset_tasks(config: DictConfig) -> set[str]:
 
     default_loop = config.actor_rollout_ref.rollout.agent.get("default_agent_loop")
     tasks: set[str] = set()
-    for key in ("train_files", "val_files"):
-        files = config.data.get(key)
-        for f in [files] if isinstance(files, str) else list(files or []):
-            if "://" in str(f):
-                continue
-            frame = pd.read_parquet(str(f), columns=None)
-            agent = frame["agent_name"] if "agent_name" in frame else pd.Series([default_loop] * len(frame))
-            tasks |= set(frame.loc[agent.fillna(default_loop) == AGENT_LOOP_NAME, "data_source"].astype(str))
+    for _key, f in _local_data_files(config):
+        frame = pd.read_parquet(f)
+        agent = frame["agent_name"] if "agent_name" in frame else pd.Series([default_loop] * len(frame))
+        tasks |= set(frame.loc[agent.fillna(default_loop) == AGENT_LOOP_NAME, "data_source"].astype(str))
     return tasks
 
 
