@@ -7,6 +7,12 @@ AgentRL normalizes per task i over all of task i's loss-masked tokens in the bat
 
 so that tasks with different reward scales and lengths contribute comparably to one
 multi-task batch. Registered in verl as ``algorithm.adv_estimator=task_norm_grpo``.
+
+Zero spread means zero advantage, at both stages. verl's float32 GRPO turns a group whose
+rewards are all equal into rounding noise (rewards −0.2 in a group of 8 give +0.015), and the
+per-task division by σ_i + 1e-6 would blow that noise up to unit size. Here the group and task
+statistics are taken in float64, and a group (or a task) whose values spread by no more than
+``FLAT_TOL`` (relative to their magnitude, at least 1) gets exactly 0.
 """
 
 from __future__ import annotations
@@ -16,12 +22,46 @@ from typing import Any
 
 import numpy as np
 import torch
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
+from verl.trainer.ppo.core_algos import register_adv_est
 
 from agentrl_ext.algos import task_context
 
 ESTIMATOR_NAME = "task_norm_grpo"
 TASK_NORM_EPS = 1e-6
+#: values spread by at most this much (times max(1, |largest value|)) count as all equal
+FLAT_TOL = 1e-6
+
+
+def _is_flat(values: torch.Tensor) -> bool:
+    """Whether ``values`` (non-empty) are all equal up to rounding noise."""
+    spread = float(values.max() - values.min())
+    return spread <= FLAT_TOL * max(1.0, float(values.abs().max()))
+
+
+def grpo_outcome_advantage(
+    scores: torch.Tensor, index: Sequence[Any], epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True
+) -> torch.Tensor:
+    """GRPO's per-sample advantage (r − mean_group) / (std_group + ε), in float64.
+
+    As verl's ``compute_grpo_outcome_advantage``: the group std is the sample std (n − 1), and a
+    group of one sample has mean 0 and std 1 (its advantage is its reward; task normalization then
+    centres it). Unlike verl, a group of two or more whose rewards are all equal gets exactly 0.
+    """
+    values = scores.detach().to(torch.float64)
+    out = torch.zeros_like(values)
+    groups: dict[Any, list[int]] = {}
+    for row, uid in enumerate(index):
+        groups.setdefault(uid, []).append(row)
+    for rows in groups.values():
+        group = values[rows]
+        if len(rows) == 1:
+            out[rows] = group / (1.0 + epsilon) if norm_adv_by_std_in_grpo else group
+            continue
+        if _is_flat(group):
+            continue  # zero spread: no signal, exactly 0
+        centred = group - group.mean()
+        out[rows] = centred / (group.std(correction=1) + epsilon) if norm_adv_by_std_in_grpo else centred
+    return out
 
 
 def normalize_per_task(
@@ -30,7 +70,8 @@ def normalize_per_task(
     """Apply Ã = (Â − μ_i)/(σ_i + eps) per task over masked tokens; returns (Ã, stats per task).
 
     ``σ_i`` is the population standard deviation of the task's masked token advantages
-    (a task with one masked token gets σ=0). Unmasked tokens stay 0.
+    (a task with one masked token gets σ=0). Unmasked tokens stay 0, and so does a task whose
+    masked advantages are all equal.
     """
     if len(tasks) != advantages.shape[0]:
         raise ValueError(f"got {len(tasks)} task labels for a batch of {advantages.shape[0]} samples")
@@ -44,8 +85,10 @@ def normalize_per_task(
         values = advantages[sel]
         if values.numel() == 0:
             continue
-        mu, sigma = values.mean(), values.std(correction=0)
-        out[sel] = (values - mu) / (sigma + eps)
+        values64 = values.to(torch.float64)
+        mu, sigma = values64.mean(), values64.std(correction=0)
+        if not _is_flat(values64):  # a task with zero spread (e.g. all groups flat) stays exactly 0
+            out[sel] = ((values64 - mu) / (sigma + eps)).to(out.dtype)
         after = out[sel]
         stats[task] = {
             "adv_mean_before": float(mu),
@@ -75,13 +118,13 @@ def compute_task_normalized_advantage(
     grpo = torch.zeros_like(token_level_rewards)
     if bool(alive.any()):
         rows = torch.nonzero(alive).flatten()
-        grpo[rows], _ = compute_grpo_outcome_advantage(
-            token_level_rewards=token_level_rewards[rows],
-            response_mask=response_mask[rows],
-            index=np.asarray(index, dtype=object)[rows.numpy()],
+        per_sample = grpo_outcome_advantage(
+            token_level_rewards[rows].sum(dim=-1),
+            np.asarray(index, dtype=object)[rows.numpy()].tolist(),
             epsilon=epsilon,
             norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         )
+        grpo[rows] = per_sample.to(grpo.dtype)[:, None] * response_mask[rows].to(grpo.dtype)
     advantages, stats = normalize_per_task(grpo, response_mask, tasks)
     scores = token_level_rewards.sum(dim=-1)
     task_arr = np.asarray([str(t) for t in tasks], dtype=object)
