@@ -29,7 +29,7 @@ from agentrl_ext.data.multitask import decode_sample_index
 from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable, RetryPolicy
 from agentrl_ext.env.protocol import SampleStatus
 from agentrl_ext.rollout.transcript import Transcript, env_token_ids, parse_hermes_tool_calls, render
-from agentrl_ext.trainer.config import AgentLoopConfig, AgentRLConfig
+from agentrl_ext.config import AgentLoopConfig, agentrl_config
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class AgentRLAgentLoop(AgentLoopBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        agentrl = AgentRLConfig.from_config(self.config.get("agentrl"))
+        agentrl = agentrl_config(self.config)
         self.settings = agentrl.agent_loop
         self.response_budget = int(self.rollout_config.response_length)
         self.prompt_budget = int(self.rollout_config.prompt_length)

@@ -27,7 +27,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from agentrl_ext.algos import task_context
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
-from agentrl_ext.trainer.config import AgentRLConfig, CrossPolicyConfig
+from agentrl_ext.config import CrossPolicyConfig, agentrl_config
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class AgentRLTrainerSync(PPOTrainerSync):
 
     @functools.cached_property
     def _cross_policy(self) -> CrossPolicyConfig:
-        return AgentRLConfig.from_config(self.config.get("agentrl")).cross_policy
+        return agentrl_config(self.config).cross_policy
 
     def get_llm_client(self) -> Any:
         cross = self._cross_policy

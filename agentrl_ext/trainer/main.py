@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, open_dict
 
-from agentrl_ext.trainer.config import AgentRLConfig
+from agentrl_ext.config import AgentRLConfig
 
 logger = logging.getLogger(__name__)
 

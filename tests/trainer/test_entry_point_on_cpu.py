@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from agentrl_ext.trainer.config import AgentRLConfig
+from agentrl_ext.config import AgentRLConfig
 from agentrl_ext.trainer.main import apply_cpu_defaults, check_config, recipes_dir
 
 RECIPES = sorted(p.stem for p in Path(recipes_dir()).glob("*.yaml"))
@@ -57,10 +57,35 @@ def test_missing_data_file_is_named_on_cpu(tmp_path):
 
 
 def test_unknown_agentrl_key_is_named_on_cpu():
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['bogus'\] under agentrl"):
+    with pytest.raises(ValueError, match=r"Key 'bogus' not in 'AgentRLConfig'(.|\n)*known keys: agentrl.cache_dir"):
         AgentRLConfig.from_config({"bogus": 1})
-    with pytest.raises(ValueError, match=r"under agentrl.assets"):
+    with pytest.raises(ValueError, match=r"Key 'build_tiny' not in 'AssetsConfig'"):
         AgentRLConfig.from_config({"assets": {"build_tiny": True}})
+
+
+def test_agentrl_node_is_typed_at_composition_on_cpu():
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="agentrl.bogus"):
+        _compose("cpu_agentrl", ["agentrl.bogus=1"])
+    with pytest.raises(ConfigCompositionException) as info:
+        _compose("cpu_agentrl", ["agentrl.agent_loop.max_turns=many"])
+    assert "max_turns" in repr(info.value.__cause__)
+    with pytest.raises(ValueError, match=r"stale_ratio=1.5 must be within \[0, 1\]"):
+        AgentRLConfig.from_config(_compose("cpu_agentrl", ["agentrl.cross_policy.stale_ratio=1.5"]).agentrl)
+
+
+def test_cache_dir_default_and_environment_on_cpu(monkeypatch, tmp_path):
+    monkeypatch.delenv("AGENTRL_CACHE_DIR", raising=False)
+    assert AgentRLConfig.from_config({}).cache_dir == str(Path(".cache/agentrl").resolve())
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path))
+    assert AgentRLConfig.from_config({}).cache_dir == str(tmp_path)
+    assert AgentRLConfig.from_config({"cache_dir": "/x/y"}).cache_dir == "/x/y"
+
+
+def test_yaml_recipes_read_no_environment_variables_on_cpu():
+    for path in Path(recipes_dir()).rglob("*.yaml"):
+        assert "oc.env" not in path.read_text(), f"{path} reads an environment variable"
 
 
 def test_cpu_defaults_replace_gpu_defaults_only_on_cpu():
@@ -80,16 +105,14 @@ def test_cpu_defaults_replace_gpu_defaults_only_on_cpu():
     assert explicit.ray_kwargs.ray_init.num_cpus == 12
 
 
-def test_recipe_defaults_match_the_dataclasses_on_cpu():
-    from dataclasses import asdict
-
+def test_agentrl_node_comes_from_the_dataclasses_on_cpu():
     from omegaconf import OmegaConf
 
-    yaml_defaults = OmegaConf.to_container(OmegaConf.load(Path(recipes_dir()) / "agentrl" / "default.yaml"))
-    yaml_defaults.pop("cache_dir")
-    code_defaults = asdict(AgentRLConfig())
-    code_defaults.pop("cache_dir")
-    assert yaml_defaults == code_defaults
+    # one source of truth: no YAML copy of the defaults; the composed node is the dataclass schema
+    assert not list(Path(recipes_dir()).rglob("agentrl/*.yaml"))
+    config = _compose("cpu_smoke")
+    assert OmegaConf.get_type(config.agentrl) is AgentRLConfig
+    assert config.agentrl.agent_loop.env_attempts == AgentRLConfig().agent_loop.env_attempts
 
 
 def test_every_agentrl_key_can_be_overridden_without_plus_on_cpu():

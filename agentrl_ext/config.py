@@ -1,0 +1,164 @@
+"""The ``agentrl:`` config node: every key agentrl_ext adds to verl's config, in one place.
+
+The dataclasses below are the only source of truth. They are registered in Hydra's ConfigStore
+as the config group ``agentrl`` (option ``default``), so a recipe selects them with
+``- agentrl: default`` in its defaults list and overrides values under ``agentrl:``; Hydra and
+OmegaConf then reject unknown keys and values of the wrong type at composition time, before
+anything starts. :meth:`AgentRLConfig.from_config` turns the composed node into the typed
+object (ranges checked in ``__post_init__``); inner code takes that object once per process
+(:func:`agentrl_config`) instead of re-reading the ``DictConfig``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+#: the environment variable that sets ``agentrl.cache_dir`` when the config leaves it unset
+CACHE_DIR_ENV = "AGENTRL_CACHE_DIR"
+DEFAULT_CACHE_DIR = ".cache/agentrl"
+
+
+@dataclass
+class AssetsConfig:
+    """``agentrl.assets``: offline assets the entry point builds before launching verl, when missing."""
+
+    #: build the tiny offline model at ``actor_rollout_ref.model.path`` if that path does not exist
+    build_tiny_model: bool = False
+    tiny_model_seed: int = 0
+    #: build the toy letters dataset at ``data.train_files`` / ``data.val_files`` if missing
+    build_toy_data: bool = False
+
+
+@dataclass
+class AgentLoopConfig:
+    """``agentrl.agent_loop``: the multi-turn function-call agent loop (``agent_name: agentrl``)."""
+
+    #: controller base URL, e.g. http://127.0.0.1:5020/api
+    controller_url: Optional[str] = None  # noqa: UP045  (OmegaConf structured configs need Optional)
+    #: hard cap on assistant turns (each task's own turn limit applies too)
+    max_turns: int = 32
+    #: reward of a trajectory that does not end ``completed`` (AgentRL: -0.2)
+    incomplete_punishment: float = -0.2
+    #: an episode counts as a success when it ends ``completed`` with at least this reward
+    success_reward: float = 1.0
+    #: cap on the tokens of one assistant turn (None: the whole remaining response budget)
+    max_tokens_per_turn: Optional[int] = None  # noqa: UP045
+    #: the model's tool-call format: hermes (Qwen2.5) or any verl tool parser name
+    tool_format: str = "hermes"
+    #: attempts for a session start / interact on transport errors (then the sample is dropped)
+    env_attempts: int = 3
+    #: seconds one environment call may take
+    env_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"agentrl.agent_loop.max_turns={self.max_turns} must be >= 1")
+        if self.env_attempts < 1:
+            raise ValueError(f"agentrl.agent_loop.env_attempts={self.env_attempts} must be >= 1")
+        if self.env_timeout_s <= 0:
+            raise ValueError(f"agentrl.agent_loop.env_timeout_s={self.env_timeout_s} must be > 0")
+        if self.max_tokens_per_turn is not None and self.max_tokens_per_turn < 1:
+            raise ValueError(
+                f"agentrl.agent_loop.max_tokens_per_turn={self.max_tokens_per_turn} must be >= 1 (or null)"
+            )
+
+
+@dataclass
+class CrossPolicyConfig:
+    """``agentrl.cross_policy``: AgentRL's cross-policy sampling with a stale pool."""
+
+    enable: bool = False
+    #: probability that a generation call goes to the stale pool (AgentRL: 0.25)
+    stale_ratio: float = 0.25
+    #: the stale pool's weights are refreshed every this many steps (AgentRL: 25)
+    stale_step: int = 25
+    #: replicas in the stale pool
+    stale_replicas: int = 1
+    #: routing seed (each agent-loop worker draws its own stream from it)
+    seed: int = 0
+    #: log each pool's importance ratio π_θ/π_behaviour at the start of the update (one extra
+    #: actor forward per step, the one bypass mode otherwise saves)
+    ratio_metrics: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.stale_ratio <= 1.0:
+            raise ValueError(f"agentrl.cross_policy.stale_ratio={self.stale_ratio} must be within [0, 1]")
+        if self.stale_step < 1:
+            raise ValueError(f"agentrl.cross_policy.stale_step={self.stale_step} must be >= 1")
+        if self.stale_replicas < 1:
+            raise ValueError(f"agentrl.cross_policy.stale_replicas={self.stale_replicas} must be >= 1")
+
+
+@dataclass
+class AgentRLConfig:
+    """The whole ``agentrl:`` node."""
+
+    #: where offline assets are built; unset: ``$AGENTRL_CACHE_DIR``, else ``.cache/agentrl``
+    #: (made absolute at start, because Ray processes may not share the driver's directory)
+    cache_dir: Optional[str] = None  # noqa: UP045
+    assets: AssetsConfig = field(default_factory=AssetsConfig)
+    agent_loop: AgentLoopConfig = field(default_factory=AgentLoopConfig)
+    cross_policy: CrossPolicyConfig = field(default_factory=CrossPolicyConfig)
+
+    def __post_init__(self) -> None:
+        raw = self.cache_dir if self.cache_dir is not None else os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_DIR
+        if not str(raw).strip():
+            raise ValueError(f"agentrl.cache_dir is empty; set it to a writable directory (default {DEFAULT_CACHE_DIR})")
+        self.cache_dir = str(Path(os.path.expanduser(str(raw))).resolve())
+
+    @classmethod
+    def from_config(cls, node: DictConfig | dict[str, Any] | None) -> AgentRLConfig:
+        """The typed object of a composed ``agentrl`` node (or a plain dict), naming bad keys and values."""
+        schema = OmegaConf.structured(cls)
+        try:
+            merged = OmegaConf.merge(schema, node if node is not None else {})
+            obj = OmegaConf.to_object(merged)
+        except OmegaConfBaseException as exc:
+            known = _known_keys(cls)
+            raise ValueError(f"invalid agentrl config: {exc}\nknown keys: {', '.join(known)}") from exc
+        assert isinstance(obj, cls)
+        return obj
+
+
+def _known_keys(klass: type, prefix: str = "agentrl") -> list[str]:
+    out = []
+    for name, value in OmegaConf.structured(klass).items():
+        if isinstance(value, DictConfig):
+            sub = getattr(klass, "__dataclass_fields__")[name].default_factory  # noqa: B009
+            out += _known_keys(sub, f"{prefix}.{name}")
+        else:
+            out.append(f"{prefix}.{name}")
+    return out
+
+
+_typed: dict[int, tuple[Any, AgentRLConfig]] = {}
+
+
+def agentrl_config(config: DictConfig) -> AgentRLConfig:
+    """The typed ``agentrl`` node of verl's whole config, built once per config object and process.
+
+    verl creates an agent loop per sample with the same config object; this keeps the parse out
+    of the per-sample path.
+    """
+    key = id(config)
+    hit = _typed.get(key)
+    if hit is None or hit[0] is not config:
+        hit = (config, AgentRLConfig.from_config(config.get("agentrl")))
+        _typed[key] = hit
+    return hit[1]
+
+
+def register_config_group() -> None:
+    """Register the dataclasses as Hydra's config group ``agentrl`` (option ``default``)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group="agentrl", name="default", node=AgentRLConfig, package="agentrl")
+
+
+register_config_group()
