@@ -1,6 +1,7 @@
 """Fixtures for the environment service: real uvicorn servers on 127.0.0.1, a real Docker engine.
 
-Controllers and task workers run as subprocesses on free loopback ports (see ``env_servers``).
+Controllers and task workers run as subprocesses on free loopback ports, started by the one
+launcher, :mod:`agentrl_ext.testing.env_servers`; the test tasks of this folder are importable there.
 Docker tests use the engine at ``$DOCKER_HOST``, else the project's private engine
 (``scripts/dockerd.sh``), which is started here when it is not running; they are skipped, with
 the reason, only when no engine can start.
@@ -20,27 +21,23 @@ import pytest
 # The helper modules next to this file import as top-level modules whatever pytest's import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from env_servers import REPO, Servers  # noqa: E402
+from env_helpers import TESTS_ENV  # noqa: E402
+
+from agentrl_ext.testing.env_servers import REPO, EnvServers  # noqa: E402
 
 
 @pytest.fixture
-def servers(tmp_path: Path) -> Iterator[Servers]:
+def servers(tmp_path: Path) -> Iterator[EnvServers]:
     """Per-test controllers/workers, stopped at teardown."""
-    group = Servers(tmp_path)
-    try:
+    with EnvServers(tmp_path, python_path=[TESTS_ENV]) as group:
         yield group
-    finally:
-        group.stop_all()
 
 
 @pytest.fixture(scope="module")
-def module_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+def module_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvServers]:
     """Controllers/workers shared by a module's tests."""
-    group = Servers(tmp_path_factory.mktemp("servers"))
-    try:
+    with EnvServers(tmp_path_factory.mktemp("servers"), python_path=[TESTS_ENV]) as group:
         yield group
-    finally:
-        group.stop_all()
 
 
 # ---------------------------------------------------------------------------------------- docker

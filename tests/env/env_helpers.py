@@ -1,9 +1,14 @@
-"""Agent steps (assistant messages) used across the environment tests."""
+"""Agent steps (assistant messages) and names used across the environment tests."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+
+TESTS_ENV = Path(__file__).resolve().parent
+"""This folder: the test tasks (``probe_tasks``, ``agentrl_worker_task``) import from here."""
+PROBE_TASK = "probe_tasks:ProbeTask"
 
 
 def tool_step(

@@ -16,7 +16,8 @@ import sys
 import venv
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from agentrl_ext.testing.env_servers import REPO
+
 VENV_DIR = REPO / ".cache" / "interop-venv"
 REQUIREMENTS = ("agentrl-worker==0.4.0", "agentrl-eval==0.1.2")
 _READY = VENV_DIR / ".agentrl-interop-ready"

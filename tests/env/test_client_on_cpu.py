@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from env_helpers import tool_step
-from env_servers import LOOPBACK, Servers, free_port, wait_routable
+from env_helpers import PROBE_TASK, tool_step
 
 from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable, RetryPolicy
+from agentrl_ext.testing.env_servers import LOOPBACK, EnvServers, free_port, wait_routable
 
 FAST = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
 
@@ -38,9 +38,9 @@ async def test_interact_is_not_retried_once_the_request_was_sent():
         assert connections == 1
 
 
-async def test_start_sample_waits_for_capacity_with_backoff(servers: Servers):
+async def test_start_sample_waits_for_capacity_with_backoff(servers: EnvServers):
     controller = servers.controller()
-    servers.worker(controller, concurrency=1)
+    servers.worker(controller, PROBE_TASK, concurrency=1)
     wait_routable(controller, "probe")
     patient = RetryPolicy(max_attempts=20, initial_backoff_s=0.05, max_backoff_s=0.2)
     async with ControllerClient(controller.api, retry=patient) as client:

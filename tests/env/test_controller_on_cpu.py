@@ -7,11 +7,18 @@ from pathlib import Path
 
 import httpx
 import pytest
-from env_helpers import raw_tool_step, text_step, tool_step
-from env_servers import ECHO_TASK, ServerProcess, Servers, list_workers, wait_routable, wait_until
+from env_helpers import PROBE_TASK, raw_tool_step, text_step, tool_step
 
 from agentrl_ext.env.client import ControllerClient, ControllerError, RetryPolicy
 from agentrl_ext.env.protocol import SampleStatus, TaskOutput
+from agentrl_ext.testing.env_servers import (
+    ECHO_TASK,
+    EnvServers,
+    ServerProcess,
+    list_workers,
+    wait_routable,
+    wait_until,
+)
 
 
 def sessions_on(controller: ServerProcess) -> list[dict]:
@@ -32,10 +39,10 @@ def metric_value(controller: ServerProcess, name: str, **labels: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def stack(module_servers: Servers) -> tuple[ServerProcess, ServerProcess]:
+def stack(module_servers: EnvServers) -> tuple[ServerProcess, ServerProcess]:
     """One controller with one probe worker, shared by the tests that do not disturb them."""
     controller = module_servers.controller()
-    worker = module_servers.worker(controller, concurrency=32)
+    worker = module_servers.worker(controller, PROBE_TASK, concurrency=32)
     wait_routable(controller, "probe")
     return controller, worker
 
@@ -251,8 +258,8 @@ def test_malformed_requests_get_4xx_with_a_reason(stack, method, path, body, hea
 
 async def test_start_sample_routes_to_worker_with_most_free_capacity(servers):
     controller = servers.controller()
-    big = servers.worker(controller, concurrency=4)
-    small = servers.worker(controller, concurrency=2)
+    big = servers.worker(controller, PROBE_TASK, concurrency=4)
+    small = servers.worker(controller, PROBE_TASK, concurrency=2)
     wait_routable(controller, "probe", 2)
     async with ControllerClient(controller.api) as client:
         for _ in range(6):
@@ -278,8 +285,8 @@ def _no_retry() -> RetryPolicy:
 
 async def test_406_from_a_full_worker_is_retried_on_another(servers):
     controller = servers.controller()
-    lying = servers.worker(controller, concurrency=2)
-    spare = servers.worker(controller, concurrency=1)
+    lying = servers.worker(controller, PROBE_TASK, concurrency=2)
+    spare = servers.worker(controller, PROBE_TASK, concurrency=1)
     wait_routable(controller, "probe", 2)
     # Fill the first worker behind the controller's back: it still looks free to the controller.
     for sid in (900001, 900002):
@@ -299,8 +306,8 @@ async def test_406_from_a_full_worker_is_retried_on_another(servers):
 
 
 async def test_lost_heartbeat_marks_worker_unhealthy_and_ends_its_sessions(servers):
-    controller = servers.controller(heartbeat_timeout=1.0)
-    worker = servers.worker(controller, heartbeat_interval=0.2)
+    controller = servers.controller(heartbeat_timeout=1.0, check_interval=0.1)
+    worker = servers.worker(controller, PROBE_TASK, heartbeat_interval=0.2)
     wait_routable(controller, "probe")
     async with ControllerClient(controller.api) as client:
         started = await client.start_sample("probe", "forever")
@@ -326,8 +333,8 @@ async def test_lost_heartbeat_marks_worker_unhealthy_and_ends_its_sessions(serve
 
 
 async def test_idle_session_expires_and_is_cancelled_on_worker(servers, tmp_path: Path):
-    controller = servers.controller(idle_timeout=0.5)
-    worker = servers.worker(controller, task_kwargs=json.dumps({"marker_dir": str(tmp_path)}))
+    controller = servers.controller(idle_timeout=0.5, check_interval=0.1)
+    worker = servers.worker(controller, PROBE_TASK, task_kwargs={"marker_dir": str(tmp_path)})
     wait_routable(controller, "probe")
     async with ControllerClient(controller.api) as client:
         started = await client.start_sample("probe", "forever")
@@ -344,7 +351,7 @@ async def test_idle_session_expires_and_is_cancelled_on_worker(servers, tmp_path
 
 async def test_controller_restart_forgets_sessions_and_reclaims_them_on_workers(servers, tmp_path: Path):
     first = servers.controller()
-    worker = servers.worker(first, task_kwargs=json.dumps({"marker_dir": str(tmp_path)}))
+    worker = servers.worker(first, PROBE_TASK, task_kwargs={"marker_dir": str(tmp_path)})
     wait_routable(first, "probe")
     async with ControllerClient(first.api) as client:
         old = await client.start_sample("probe", "forever")
@@ -363,7 +370,7 @@ async def test_controller_restart_forgets_sessions_and_reclaims_them_on_workers(
 
 async def test_worker_that_dies_ends_session_at_next_call(servers):
     controller = servers.controller()
-    worker = servers.worker(controller, task=ECHO_TASK)
+    worker = servers.worker(controller, ECHO_TASK)
     wait_routable(controller, "echo")
     async with ControllerClient(controller.api) as client:
         started = await client.start_sample("echo", 1)

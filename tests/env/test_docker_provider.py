@@ -11,11 +11,11 @@ import textwrap
 
 import docker.errors
 import pytest
-from env_servers import LOOPBACK, subprocess_env
 
 from agentrl_ext.env.providers import ResourceSpec
 from agentrl_ext.env.providers.base_image import BaseImageSpec, ensure_base_image
 from agentrl_ext.env.providers.docker import LABEL_OWNER, LABEL_SESSION, LABEL_TASK, DockerProvider
+from agentrl_ext.testing.env_servers import LOOPBACK, subprocess_env
 
 pytestmark = pytest.mark.docker
 

@@ -12,21 +12,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from env_helpers import text_step, tool_step
-from env_servers import (
-    ECHO_TASK,
-    LOOPBACK,
-    TESTS_ENV,
-    ServerProcess,
-    Servers,
-    free_port,
-    subprocess_env,
-    wait_routable,
-)
+from env_helpers import TESTS_ENV, text_step, tool_step
 from interop_venv import ensure_interop_venv
 
 from agentrl_ext.env.client import ControllerClient
 from agentrl_ext.env.protocol import SampleStatus, TaskOutput
+from agentrl_ext.testing.env_servers import (
+    ECHO_TASK,
+    LOOPBACK,
+    EnvServers,
+    ServerProcess,
+    free_port,
+    subprocess_env,
+    wait_routable,
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +38,7 @@ def interop_python() -> Path:
 
 @pytest.fixture
 def agentrl_worker(
-    servers: Servers, interop_python: Path, tmp_path: Path
+    servers: EnvServers, interop_python: Path, tmp_path: Path
 ) -> tuple[ServerProcess, ServerProcess]:
     """Our controller, and a task worker written with and served by agentrl-worker 0.4.0."""
     controller = servers.controller()
@@ -58,9 +57,7 @@ def agentrl_worker(
     argv = [str(interop_python), "-m", "agentrl.worker", "add", "--config", str(config)]
     argv += ["--controller", controller.api, "--self", f"http://{LOOPBACK}:{port}/api"]
     argv += ["--host", LOOPBACK, "--port", str(port), "--log-level", "WARNING"]
-    worker = ServerProcess("agentrl-worker", argv, port, tmp_path / "agentrl-worker.log").start()
-    servers.started.append(worker)
-    worker.wait_ready(timeout_s=60)
+    worker = servers.launch("agentrl-worker", argv, port, ready_timeout_s=60)
     wait_routable(controller, "add")
     return controller, worker
 
@@ -89,11 +86,11 @@ async def test_agentrl_worker_task_registers_and_completes_a_session(agentrl_wor
         assert overall == {"samples": 1}
 
 
-def test_agentrl_eval_client_completes_a_sample_on_our_worker(servers: Servers, interop_python: Path):
+def test_agentrl_eval_client_completes_a_sample_on_our_worker(servers: EnvServers, interop_python: Path):
     controller = servers.controller()
-    servers.worker(controller, task=ECHO_TASK)
+    servers.worker(controller, ECHO_TASK)
     wait_routable(controller, "echo")
-    env = {**subprocess_env(), "NO_PROXY": "*", "no_proxy": "*"}
+    env = {**subprocess_env([TESTS_ENV]), "NO_PROXY": "*", "no_proxy": "*"}
     env = {k: v for k, v in env.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
     result = subprocess.run(
         [str(interop_python), str(TESTS_ENV / "agentrl_eval_driver.py"), controller.api],

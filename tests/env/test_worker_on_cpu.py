@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import httpx
 import pytest
-from env_helpers import tool_step
-from env_servers import ServerProcess, Servers, wait_until
+from env_helpers import PROBE_TASK, tool_step
+
+from agentrl_ext.testing.env_servers import EnvServers, ServerProcess, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -18,16 +18,16 @@ def marker_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def worker(module_servers: Servers, marker_dir: Path) -> ServerProcess:
+def worker(module_servers: EnvServers, marker_dir: Path) -> ServerProcess:
     """A stand-alone probe worker (no controller) with 3 slots."""
-    return module_servers.worker(None, task_kwargs=json.dumps({"marker_dir": str(marker_dir)}), concurrency=3)
+    return module_servers.worker(None, PROBE_TASK, task_kwargs={"marker_dir": str(marker_dir)}, concurrency=3)
 
 
 @pytest.fixture(scope="module")
-def limited(module_servers: Servers) -> ServerProcess:
+def limited(module_servers: EnvServers) -> ServerProcess:
     """A probe worker with short step and session time limits."""
     kwargs = {"step_time_limit_s": 0.5, "session_time_limit_s": 1.5}
-    return module_servers.worker(None, task_kwargs=json.dumps(kwargs))
+    return module_servers.worker(None, PROBE_TASK, task_kwargs=kwargs)
 
 
 _next_id = iter(range(1, 10**6))
