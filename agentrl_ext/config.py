@@ -107,9 +107,15 @@ class AgentRLConfig:
     cross_policy: CrossPolicyConfig = field(default_factory=CrossPolicyConfig)
 
     def __post_init__(self) -> None:
-        raw = self.cache_dir if self.cache_dir is not None else os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_DIR
+        raw = (
+            self.cache_dir
+            if self.cache_dir is not None
+            else os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_DIR
+        )
         if not str(raw).strip():
-            raise ValueError(f"agentrl.cache_dir is empty; set it to a writable directory (default {DEFAULT_CACHE_DIR})")
+            raise ValueError(
+                f"agentrl.cache_dir is empty; set it to a writable directory (default {DEFAULT_CACHE_DIR})"
+            )
         self.cache_dir = str(Path(os.path.expanduser(str(raw))).resolve())
 
     @classmethod

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -23,7 +25,13 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithLMHead"),
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"),
     ("verl.trainer.main_ppo", "main.__wrapped__"),
+    ("verl.workers.engine.base", "EngineRegistry._engines"),
+    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._compute_old_log_prob"),
+    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._compute_advantage"),
 )
+
+#: Ray private names we rely on: (module, attribute).
+RAY_PRIVATE_NAMES: tuple[tuple[str, str], ...] = (("ray._private.state", "available_resources_per_node"),)
 
 
 def check_verl_version() -> None:
@@ -145,3 +153,89 @@ def unpinned_fsdp2_offload() -> None:
             self.pin_memory = False
 
     transformer_impl.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------------
+# verl's v1 trainer step: two private per-step methods turned into named hooks.
+
+
+class TrainerStepHooks:
+    """Mixin for a subclass of verl's v1 ``PPOTrainer`` (e.g. ``PPOTrainerSync``): exposes two of
+    its private per-step methods as hooks, so trainer code never overrides verl's private names.
+
+    - :meth:`after_old_log_prob` runs after verl set ``old_log_probs`` (recomputed by the actor,
+      or the rollout log-probs in rollout-correction bypass mode);
+    - :meth:`around_advantage` is a context manager around verl's advantage computation.
+    """
+
+    def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
+        batch = super()._compute_old_log_prob(batch, metrics)  # type: ignore[misc]
+        self.after_old_log_prob(batch, metrics)
+        return batch
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        with self.around_advantage(batch, metrics):
+            return super()._compute_advantage(batch, metrics)  # type: ignore[misc]
+
+    def after_old_log_prob(self, batch: Any, metrics: dict) -> None:
+        """Called with the step's batch once its ``old_log_probs`` are set."""
+
+    @contextmanager
+    def around_advantage(self, batch: Any, metrics: dict) -> Iterator[None]:
+        """Wraps verl's advantage computation of the step's batch."""
+        yield
+
+
+def _plain(values: Any) -> list[Any]:
+    """Python values of a TransferQueue / tensordict non-tensor field."""
+    items = values.tolist() if hasattr(values, "tolist") else list(values)
+    return [getattr(item, "data", item) for item in items]
+
+
+def batch_samples(batch: Any) -> dict[str, list[Any]]:
+    """Per-sample ``uid``, ``data_source``, ``extra_fields`` (dicts) and ``reward`` (summed
+    ``rm_scores``) of a v1 trainer batch (a TransferQueue ``KVBatchMeta``)."""
+    import transfer_queue as tq
+
+    data = tq.kv_batch_get(
+        keys=batch.keys,
+        partition_id=batch.partition_id,
+        select_fields=["uid", "data_source", "extra_fields", "rm_scores"],
+    )
+    return {
+        "uid": [str(u) for u in _plain(data["uid"])],
+        "data_source": [str(t) for t in _plain(data["data_source"])],
+        "extra_fields": [e if isinstance(e, dict) else {} for e in _plain(data["extra_fields"])],
+        "reward": [float(r.sum()) for r in data["rm_scores"].unbind(0)],
+    }
+
+
+def actor_and_rollout_log_probs(trainer: Any, batch: Any) -> dict[str, list[Any]]:
+    """Run the actor's log-prob forward on a v1 trainer batch (as verl's decoupled mode does) and
+    return per sample: ``current`` (actor log-probs of the response tokens), ``rollout`` (the
+    rollout engine's log-probs), ``response_mask`` (1-D tensors) and ``extra_fields``."""
+    import transfer_queue as tq
+    from verl.workers.utils.padding import response_from_nested
+
+    batch.extra_info.update(
+        {
+            "calculate_entropy": False,
+            "compute_loss": False,
+            "temperature": trainer.config.actor_rollout_ref.rollout.temperature,
+        }
+    )
+    output = trainer.actor_rollout_wg.compute_log_prob(batch)
+    if len(output) != len(batch):
+        raise RuntimeError(f"actor compute_log_prob returned {len(output)} rows for a batch of {len(batch)}")
+    data = tq.kv_batch_get(
+        keys=batch.keys,
+        partition_id=batch.partition_id,
+        select_fields=["log_probs", "response_mask", "rollout_log_probs", "extra_fields"],
+    )
+    current = response_from_nested(data["log_probs"], data["response_mask"])
+    return {
+        "current": list(current.unbind()),
+        "rollout": list(data["rollout_log_probs"].unbind()),
+        "response_mask": list(data["response_mask"].unbind()),
+        "extra_fields": [e if isinstance(e, dict) else {} for e in _plain(data["extra_fields"])],
+    }

@@ -1,15 +1,18 @@
 """verl v1 trainer mode ``agentrl_sync``: verl's synchronous PPO trainer plus AgentRL's glue.
 
-``trainer.v1.trainer_mode=agentrl_sync`` selects it. It subclasses verl's
-``PPOTrainerSync`` and overrides three hooks, nothing else:
+``trainer.v1.trainer_mode=agentrl_sync`` selects it. It subclasses verl's ``PPOTrainerSync``
+through :class:`~agentrl_ext.platform.verl_compat.TrainerStepHooks` (the one place that touches
+verl's private per-step methods) and adds:
 
-- ``_compute_advantage``: publishes each sample's task (``data_source``) for the
-  ``task_norm_grpo`` estimator (verl passes estimators only the uid), then logs
-  per-task episode metrics and cross-policy metrics for the batch;
-- ``get_llm_client``: with cross-policy sampling on, the agent loops get a client
-  that routes every generation call to the current or the stale pool;
-- ``on_init_end`` / ``on_step_end``: the stale pool is launched and takes the
-  current weights at start, then again every ``stale_step`` steps.
+- ``around_advantage``: publishes each sample's task (``data_source``) for the
+  ``task_norm_grpo`` estimator (verl passes estimators only the uid), then logs per-task
+  episode metrics and cross-policy metrics for the batch;
+- ``after_old_log_prob``: with cross-policy sampling on, logs each pool's importance ratio
+  π_θ / π_behaviour at the start of the update (``agentrl/cross_policy/ratio_*``);
+- ``get_llm_client``: with cross-policy sampling on, the agent loops get a client that routes
+  every generation call to the current or the stale pool;
+- ``on_init_end`` / ``on_step_end``: the stale pool is launched and takes the current weights
+  at start, then again every ``stale_step`` steps.
 """
 
 from __future__ import annotations
@@ -17,17 +20,20 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import transfer_queue as tq
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from agentrl_ext.algos import task_context
+from agentrl_ext.algos.off_policy import pool_ratio_metrics
+from agentrl_ext.config import CrossPolicyConfig, agentrl_config
+from agentrl_ext.platform.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
-from agentrl_ext.config import CrossPolicyConfig, agentrl_config
 
 logger = logging.getLogger(__name__)
 
@@ -99,14 +105,8 @@ def _cross_policy_metrics(rewards: list[float], extras: list[dict[str, Any]]) ->
     return out
 
 
-def _as_list(values: Any) -> list[Any]:
-    """Plain Python values of a TransferQueue / tensordict non-tensor field."""
-    items = values.tolist() if hasattr(values, "tolist") else list(values)
-    return [getattr(item, "data", item) for item in items]
-
-
 @register_trainer(TRAINER_MODE)
-class AgentRLTrainerSync(PPOTrainerSync):
+class AgentRLTrainerSync(TrainerStepHooks, PPOTrainerSync):
     """verl's sync trainer with task-aware advantages, per-task metrics and cross-policy sampling."""
 
     stale_pool: StalePool | None = None
@@ -149,18 +149,34 @@ class AgentRLTrainerSync(PPOTrainerSync):
                 {"agentrl/cross_policy/stale_version": float(self.stale_pool.version)}
             )
 
-    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
-        data = tq.kv_batch_get(
-            keys=batch.keys,
-            partition_id=batch.partition_id,
-            select_fields=["uid", "data_source", "extra_fields", "rm_scores"],
-        )
-        uids = [str(u) for u in _as_list(data["uid"])]
-        tasks = [str(t) for t in _as_list(data["data_source"])]
-        extras = [e if isinstance(e, dict) else {} for e in _as_list(data["extra_fields"])]
-        rewards = [float(r.sum()) for r in data["rm_scores"].unbind(0)]
-        with task_context.batch_tasks(dict(zip(uids, tasks, strict=True))):
-            batch = super()._compute_advantage(batch, metrics)
+    @contextmanager
+    def around_advantage(self, batch: Any, metrics: dict) -> Iterator[None]:
+        samples = batch_samples(batch)
+        tasks = samples["data_source"]
+        with task_context.batch_tasks(dict(zip(samples["uid"], tasks, strict=True))):
+            yield
         metrics.update(task_context.drain_metrics())
-        metrics.update(episode_metrics(tasks, rewards, extras, global_step=self.global_steps))
-        return batch
+        metrics.update(
+            episode_metrics(tasks, samples["reward"], samples["extra_fields"], global_step=self.global_steps)
+        )
+
+    def after_old_log_prob(self, batch: Any, metrics: dict) -> None:
+        cross = self._cross_policy
+        if not (cross.enable and cross.ratio_metrics):
+            return
+        data = actor_and_rollout_log_probs(self, batch)
+        info = [extra.get("agentrl", {}) for extra in data["extra_fields"]]
+        actor = self.config.actor_rollout_ref.actor
+        clip_low = actor.get("clip_ratio_low") or actor.clip_ratio
+        clip_high = actor.get("clip_ratio_high") or actor.clip_ratio
+        metrics.update(
+            pool_ratio_metrics(
+                data["current"],
+                data["rollout"],
+                data["response_mask"],
+                [x.get("turn_policies", []) for x in info],
+                [x.get("turn_tokens", [0] * len(x.get("turn_policies", []))) for x in info],
+                clip_low=float(clip_low),
+                clip_high=float(clip_high),
+            )
+        )

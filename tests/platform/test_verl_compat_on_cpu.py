@@ -54,3 +54,109 @@ def test_cpu_device_module_covers_verl_calls_on_cpu():
     assert dev.current_device() == "cpu"
     with pytest.raises(AttributeError, match="does not emulate"):
         dev.no_such_cuda_call  # noqa: B018
+
+
+def test_trainer_step_methods_keep_their_signature_and_call_order_on_cpu():
+    import inspect
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    for name in ("_compute_old_log_prob", "_compute_advantage"):
+        params = list(inspect.signature(getattr(PPOTrainer, name)).parameters)
+        assert params == ["self", "batch", "metrics"], f"PPOTrainer.{name}{params}: update TrainerStepHooks"
+    # verl's step calls them on the batch, old log-probs before advantages
+    step = inspect.getsource(PPOTrainer._step_once)
+    old, adv = step.find("self._compute_old_log_prob(batch"), step.find("self._compute_advantage(batch")
+    assert 0 <= old < adv, "verl's PPOTrainer._step_once no longer calls the hooked methods in this order"
+
+
+def test_trainer_step_hooks_wrap_verl_methods_on_cpu():
+    from contextlib import contextmanager
+
+    calls = []
+
+    class Base:
+        def _compute_old_log_prob(self, batch, metrics):
+            calls.append("verl old_log_prob")
+            return batch + 1
+
+        def _compute_advantage(self, batch, metrics):
+            calls.append("verl advantage")
+            return batch + 10
+
+    class Trainer(verl_compat.TrainerStepHooks, Base):
+        def after_old_log_prob(self, batch, metrics):
+            calls.append(f"after old_log_prob {batch}")
+
+        @contextmanager
+        def around_advantage(self, batch, metrics):
+            calls.append("before advantage")
+            yield
+            calls.append("after advantage")
+
+    trainer = Trainer()
+    assert trainer._compute_advantage(trainer._compute_old_log_prob(0, {}), {}) == 11
+    assert calls == [
+        "verl old_log_prob",
+        "after old_log_prob 1",
+        "before advantage",
+        "verl advantage",
+        "after advantage",
+    ]
+
+
+def test_bypass_mode_makes_rollout_log_probs_the_old_log_probs_on_cpu(monkeypatch):
+    """The effect cross-policy sampling relies on: with rollout_correction.bypass_mode=true verl's
+    trainer takes the rollout engine's log-probs as old_log_probs (no actor recompute)."""
+    from types import SimpleNamespace
+
+    import torch
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1 import trainer_base
+
+    rollout = torch.tensor([[-0.5, -1.25, -2.0]])
+    stored = {"rollout_log_probs": rollout}
+
+    def kv_batch_get(keys, partition_id, select_fields):
+        return {f: stored[f] for f in select_fields}
+
+    def kv_batch_put(keys, partition_id, fields):
+        stored.update(fields)
+
+    monkeypatch.setattr(trainer_base.tq, "kv_batch_get", kv_batch_get)
+    monkeypatch.setattr(trainer_base.tq, "kv_batch_put", kv_batch_put)
+
+    class NoActor:
+        def compute_log_prob(self, batch):
+            raise AssertionError("bypass mode must not recompute old log-probs with the actor")
+
+    stub = SimpleNamespace(
+        config=OmegaConf.create({"algorithm": {"rollout_correction": {"bypass_mode": True}}}),
+        actor_rollout_wg=NoActor(),
+    )
+    batch = SimpleNamespace(keys=["k0"], partition_id="train", extra_info={})
+    trainer_base.PPOTrainer._compute_old_log_prob(stub, batch, {})
+    assert torch.equal(stored["old_log_probs"], rollout)
+
+
+def test_engine_registry_layout_on_cpu():
+    from verl.workers.engine.base import EngineRegistry
+
+    verl_compat.register_fsdp_engine_for_cpu()
+    engines = EngineRegistry._engines
+    assert engines["language_model"]["fsdp2"]["cpu"].__name__ == "FSDPEngineWithLMHead"
+    assert engines["value_model"]["fsdp"]["cpu"].__name__ == "FSDPEngineWithValueHead"
+
+
+@pytest.mark.parametrize(("module", "attr"), verl_compat.RAY_PRIVATE_NAMES)
+def test_ray_private_names_on_cpu(module, attr):
+    import ray
+
+    fn = getattr(importlib.import_module(module), attr)
+    ray.init(num_cpus=3, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    try:
+        per_node = fn()
+    finally:
+        ray.shutdown()
+    assert isinstance(per_node, dict) and per_node
+    assert sum(node.get("CPU", 0) for node in per_node.values()) == 3
