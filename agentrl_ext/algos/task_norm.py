@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from verl.trainer.ppo.core_algos import register_adv_est
 
 from agentrl_ext.algos import task_context
 
@@ -136,7 +135,6 @@ def compute_task_normalized_advantage(
     return advantages, advantages, metrics
 
 
-@register_adv_est(ESTIMATOR_NAME)
 def task_norm_grpo_estimator(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -144,7 +142,7 @@ def task_norm_grpo_estimator(
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl entry point (``algorithm.adv_estimator=task_norm_grpo``).
+    """verl entry point (``algorithm.adv_estimator=task_norm_grpo``, registered by :mod:`agentrl_ext.plugin`).
 
     The tasks come from ``kwargs["tasks"]`` when a caller passes them, else from
     :mod:`agentrl_ext.algos.task_context`, which our ``agentrl_sync`` trainer fills.

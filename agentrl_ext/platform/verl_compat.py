@@ -239,3 +239,16 @@ def actor_and_rollout_log_probs(trainer: Any, batch: Any) -> dict[str, list[Any]
         "response_mask": list(data["response_mask"].unbind()),
         "extra_fields": [e if isinstance(e, dict) else {} for e in _plain(data["extra_fields"])],
     }
+
+
+def register_agent_loop_by_path(name: str, module: str, qualname: str) -> None:
+    """Register an agent loop in verl by import path, without importing it here.
+
+    verl's ``register(name)`` records only ``{"_target_": f"{cls.__module__}.{cls.__qualname__}"}``
+    and the agent-loop worker instantiates that target with Hydra, importing the module then (an
+    import error surfaces there, with its cause). A stand-in carrying those two names is enough.
+    """
+    from verl.experimental.agent_loop.agent_loop import register
+
+    stand_in = type(qualname.rsplit(".", 1)[-1], (), {"__module__": module, "__qualname__": qualname})
+    register(name)(stand_in)
