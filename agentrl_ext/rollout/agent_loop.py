@@ -11,8 +11,14 @@ One episode = one controller session of (task, index) taken from the dataset row
 
 The environment's reward is the reward: it is set as ``reward_score`` so verl's
 reward loop leaves it alone. A trajectory that does not end ``completed`` gets
-``incomplete_punishment``. Environment failures that survive the client's retries
-drop the sample from the loss (mask zero) and are counted; they never fail the step.
+``incomplete_punishment``.
+
+One episode never fails the training step. An episode that cannot be run to an end
+(:class:`FailureKind`: environment transport or status failure, an opening prompt over
+``rollout.prompt_length``, a chat template that is not prefix-stable, a generation that
+stays aborted after :attr:`AgentRLAgentLoop.abort_retries` retries) is dropped from the
+loss (one masked token) and counted: ``extra_fields["agentrl"]`` has ``failed=True``,
+``failure_kind`` and the reason in ``error``.
 """
 
 from __future__ import annotations
@@ -20,16 +26,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from agentrl_ext.config import AgentLoopConfig, agentrl_config
 from agentrl_ext.data.multitask import decode_sample_index
 from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable, RetryPolicy
-from agentrl_ext.env.protocol import SampleStatus
-from agentrl_ext.rollout.transcript import Transcript, env_token_ids, parse_hermes_tool_calls, render
-from agentrl_ext.config import AgentLoopConfig, agentrl_config
+from agentrl_ext.env.protocol import InteractResponse, SampleStatus
+from agentrl_ext.rollout.transcript import (
+    TemplateNotPrefixStable,
+    Transcript,
+    env_token_ids,
+    parse_hermes_tool_calls,
+    render,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +51,9 @@ AGENT_NAME = "agentrl"
 
 #: statuses that end an episode as "the environment could not run it" (not the agent's fault)
 ENV_FAILURE_STATUSES = {SampleStatus.TASK_ERROR, SampleStatus.UNKNOWN}
+
+#: ``TokenOutput.stop_reason`` of a generation the server aborted (vLLM/HF/TRT-LLM: "aborted", SGLang: "abort")
+ABORTED_STOP_REASONS = frozenset({"aborted", "abort"})
 
 _clients: dict[tuple[str, int], ControllerClient] = {}
 
@@ -58,8 +75,63 @@ def controller_client(config: AgentLoopConfig) -> ControllerClient:
     return _clients[key]
 
 
+class FailureKind(str, Enum):
+    """Why an episode was dropped from the loss (``extra_fields["agentrl"]["failure_kind"]``)."""
+
+    #: ``start_sample`` or ``interact`` failed after the controller client's retries
+    ENV_TRANSPORT = "env_transport"
+    #: the environment ended the session with ``task error`` or ``unknown``
+    ENV_STATUS = "env_status"
+    #: the opening prompt is longer than ``rollout.prompt_length``
+    PROMPT_TOO_LONG = "prompt_too_long"
+    #: the chat template renders earlier turns differently once env messages are appended
+    TEMPLATE_NOT_PREFIX_STABLE = "template_not_prefix_stable"
+    #: every attempt of one generation came back with ``stop_reason`` aborted
+    GENERATION_ABORTED = "generation_aborted"
+
+
 class EpisodeFailed(Exception):
-    """The environment could not run the episode (after retries)."""
+    """The episode could not be run to an end; it is dropped from the loss and counted."""
+
+    def __init__(self, kind: FailureKind, reason: str, status: SampleStatus = SampleStatus.CANCELLED) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        #: the status the episode reports: the environment's, ``task error`` when it could not be
+        #: reached, ``cancelled`` when the loop ended the session itself
+        self.status = status
+
+
+@dataclass
+class EpisodeState:
+    """Everything one episode accumulates; the loop's handlers read and update it."""
+
+    task: str
+    index: Any
+    started: float
+    session_id: int | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    transcript: Transcript = field(default_factory=lambda: Transcript(prompt_ids=[]))
+    status: SampleStatus = SampleStatus.RUNNING
+    reward: float = 0.0
+    env_metrics: dict[str, Any] = field(default_factory=dict)
+    #: per accepted assistant turn, aligned: the pool that generated it, its weights version
+    #: (None when the server reports none), its number of model tokens (mask 1)
+    turn_policies: list[str] = field(default_factory=list)
+    turn_versions: list[int | None] = field(default_factory=list)
+    turn_tokens: list[int] = field(default_factory=list)
+    #: generation calls that came back aborted (retried or, after the last retry, dropped)
+    aborted_generations: int = 0
+    generate_s: float = 0.0
+    env_s: float = 0.0
+
+    def add_turn(self, token_ids: list[int], log_probs: list[float] | None, extra: dict[str, Any]) -> None:
+        """Record an accepted generation: its tokens in the transcript and its per-turn fields."""
+        self.transcript.add_model_tokens(token_ids, log_probs)
+        self.turn_policies.append(str(extra.get("policy", "current")))
+        version = extra.get("global_steps")
+        self.turn_versions.append(int(version) if version is not None else None)
+        self.turn_tokens.append(len(token_ids))
 
 
 @register(AGENT_NAME)
@@ -67,6 +139,11 @@ class AgentRLAgentLoop(AgentLoopBase):
     """Multi-turn, multi-task agent loop over the AgentRL function-call protocol."""
 
     tokenizer: Any
+    #: retries of a generation that came back aborted (e.g. the server was paused for a weight
+    #: update); its partial tokens are discarded. After the last retry the episode is dropped.
+    abort_retries: int = 2
+    #: seconds to wait before retrying an aborted generation
+    abort_retry_delay_s: float = 1.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -90,108 +167,148 @@ class AgentRLAgentLoop(AgentLoopBase):
                 f"dataset row of task {task!r} has no extra_info.sample_index; build it with agentrl-build-dataset"
             )
         client = controller_client(self.settings)
-        started = time.perf_counter()
+        state = EpisodeState(task=task, index=index, started=time.perf_counter())
         try:
-            output = await self._episode(client, task, index, dict(sampling_params), started)
+            await self._episode(client, state, dict(sampling_params))
+            output = self._finished(state)
         except EpisodeFailed as exc:
-            logger.warning("episode %s[%s] dropped from the loss: %s", task, index, exc)
-            output = self._dropped(task, index, str(exc), started)
+            logger.warning("episode %s[%s] dropped from the loss (%s): %s", task, index, exc.kind.value, exc)
+            if state.session_id is not None and exc.kind is not FailureKind.ENV_STATUS:
+                await self._cancel(client, state.session_id)
+            output = self._dropped(state, exc)
         # Policy versions (verl's off-policy bookkeeping): the weights versions that generated the turns.
-        versions = output.extra_fields["agentrl"].get("turn_versions", [])
+        versions = [v for v in output.extra_fields["agentrl"]["turn_versions"] if v is not None]
         fallback = kwargs.get("global_steps")
         output.extra_fields["min_global_steps"] = min(versions) if versions else fallback
         output.extra_fields["max_global_steps"] = max(versions) if versions else fallback
         return output
 
-    async def _start(self, client: ControllerClient, task: str, index: Any) -> Any:
-        try:
-            return await client.start_sample(task, index)
-        except (ControllerError, ControllerUnavailable) as exc:
-            raise EpisodeFailed(f"start_sample failed: {exc}") from exc
-
     async def _episode(
-        self, client: ControllerClient, task: str, index: Any, sampling_params: dict[str, Any], started: float
-    ) -> AgentLoopOutput:
-        start = await self._start(client, task, index)
-        session_id, messages, tools = start.session_id, list(start.response.messages), start.response.tools
-        transcript = Transcript(
-            prompt_ids=render(self.tokenizer, messages, tools, add_generation_prompt=True)
-        )
-        if len(transcript.prompt_ids) > self.prompt_budget:
-            await self._cancel(client, session_id)
-            raise EpisodeFailed(
-                f"opening prompt of {len(transcript.prompt_ids)} tokens exceeds rollout.prompt_length={self.prompt_budget}"
-            )
+        self, client: ControllerClient, state: EpisodeState, sampling_params: dict[str, Any]
+    ) -> None:
+        """Run the session to its end; sets ``state.status``. Raises :class:`EpisodeFailed`."""
+        await self._start(client, state)
         request_id = uuid4().hex
-        status, reward, policies, gen_time, env_time = SampleStatus.RUNNING, 0.0, [], 0.0, 0.0
-        versions: list[int] = []
-        env_metrics: dict[str, Any] = {}
         for _turn in range(self.settings.max_turns):
-            room = self.response_budget - len(transcript.response_ids)
+            room = self.response_budget - len(state.transcript.response_ids)
             if room < 1:
-                status = SampleStatus.AGENT_CONTEXT_LIMIT
+                state.status = SampleStatus.AGENT_CONTEXT_LIMIT
                 break
             if self.settings.max_tokens_per_turn:
                 room = min(room, self.settings.max_tokens_per_turn)
-            t0 = time.perf_counter()
-            out = await self.server_manager.generate(
-                request_id,
-                prompt_ids=transcript.all_ids,
-                sampling_params={**sampling_params, "max_tokens": room},
-            )
-            gen_time += time.perf_counter() - t0
-            policies.append(str(out.extra_fields.get("policy", "current")))
-            if out.extra_fields.get("global_steps") is not None:
-                versions.append(int(out.extra_fields["global_steps"]))
-            transcript.add_model_tokens(list(out.token_ids), out.log_probs)
-            assistant = await self._assistant_message(list(out.token_ids), tools)
-            messages.append(assistant)
-            t0 = time.perf_counter()
-            try:
-                result = await client.interact(session_id, [assistant])
-            except (ControllerError, ControllerUnavailable) as exc:
-                await self._cancel(client, session_id)
-                raise EpisodeFailed(f"interact failed: {exc}") from exc
-            env_time += time.perf_counter() - t0
-            status, reward, env_metrics = result.status, float(result.reward), dict(result.metrics)
-            if status in ENV_FAILURE_STATUSES:
-                raise EpisodeFailed(f"environment ended the session with {status.value!r}: {result.error}")
-            if result.finish or status.finished:
+            token_ids = await self._generate(state, request_id, sampling_params, room)
+            assistant = await self._assistant_message(token_ids, state.tools)
+            state.messages.append(assistant)
+            result = await self._interact(client, state, assistant)
+            if result.finish or state.status.finished:
                 break
-            env_ids = env_token_ids(
-                self.tokenizer, messages, result.messages, tools, list(out.token_ids), self.end_token_id
-            )
-            if len(transcript.response_ids) + len(env_ids) >= self.response_budget:
-                status = SampleStatus.AGENT_CONTEXT_LIMIT
+            if not self._add_env_messages(state, result.messages, token_ids):
+                state.status = SampleStatus.AGENT_CONTEXT_LIMIT
                 break
-            transcript.add_env_tokens(env_ids)
-            messages += result.messages
         else:
-            status = SampleStatus.TASK_LIMIT_REACHED
-        if not status.finished or status in (
+            state.status = SampleStatus.TASK_LIMIT_REACHED
+        if not state.status.finished or state.status in (
             SampleStatus.AGENT_CONTEXT_LIMIT,
             SampleStatus.TASK_LIMIT_REACHED,
         ):
-            await self._cancel(client, session_id)
-        completed = status == SampleStatus.COMPLETED
-        final_reward = reward if completed else self.settings.incomplete_punishment
-        success = completed and reward >= self.settings.success_reward
-        extra = self._extra(task, index, status.value, final_reward, success, policies, env_metrics, started)
-        extra["agentrl"]["turn_versions"] = versions
-        return AgentLoopOutput(
-            prompt_ids=transcript.prompt_ids,
-            response_ids=transcript.response_ids,
-            response_mask=transcript.response_mask,
-            response_logprobs=transcript.response_logprobs,
-            reward_score=final_reward,
-            num_turns=len(messages),
-            metrics=AgentLoopMetrics(generate_sequences=gen_time, tool_calls=env_time),
-            extra_fields=extra,
+            await self._cancel(client, state.session_id)
+
+    async def _start(self, client: ControllerClient, state: EpisodeState) -> None:
+        try:
+            start = await client.start_sample(state.task, state.index)
+        except (ControllerError, ControllerUnavailable) as exc:
+            raise EpisodeFailed(
+                FailureKind.ENV_TRANSPORT, f"start_sample failed: {exc}", SampleStatus.TASK_ERROR
+            ) from exc
+        state.session_id = start.session_id
+        state.messages, state.tools = list(start.response.messages), start.response.tools
+        state.transcript = Transcript(
+            prompt_ids=render(self.tokenizer, state.messages, state.tools, add_generation_prompt=True)
         )
+        if len(state.transcript.prompt_ids) > self.prompt_budget:
+            raise EpisodeFailed(
+                FailureKind.PROMPT_TOO_LONG,
+                f"opening prompt of {len(state.transcript.prompt_ids)} tokens exceeds "
+                f"actor_rollout_ref.rollout.prompt_length={self.prompt_budget}",
+            )
+
+    async def _generate(
+        self, state: EpisodeState, request_id: str, sampling_params: dict[str, Any], max_tokens: int
+    ) -> list[int]:
+        """One assistant turn's tokens; an aborted generation is retried, then the episode dropped."""
+        for attempt in range(self.abort_retries + 1):
+            if attempt and self.abort_retry_delay_s > 0:
+                await asyncio.sleep(self.abort_retry_delay_s)
+            t0 = time.perf_counter()
+            out = await self.server_manager.generate(
+                request_id,
+                prompt_ids=state.transcript.all_ids,
+                sampling_params={**sampling_params, "max_tokens": max_tokens},
+            )
+            state.generate_s += time.perf_counter() - t0
+            if out.stop_reason not in ABORTED_STOP_REASONS:
+                token_ids = list(out.token_ids)
+                state.add_turn(token_ids, out.log_probs, out.extra_fields)
+                return token_ids
+            state.aborted_generations += 1
+            logger.info(
+                "generation of %s[%s] turn %d aborted (%d partial tokens discarded), attempt %d of %d",
+                state.task, state.index, len(state.turn_tokens) + 1, len(out.token_ids),
+                attempt + 1, self.abort_retries + 1,
+            )  # fmt: skip
+        raise EpisodeFailed(
+            FailureKind.GENERATION_ABORTED,
+            f"generation of turn {len(state.turn_tokens) + 1} came back aborted {self.abort_retries + 1} times "
+            f"(AgentRLAgentLoop.abort_retries={self.abort_retries})",
+        )
+
+    async def _interact(
+        self, client: ControllerClient, state: EpisodeState, assistant: dict[str, Any]
+    ) -> InteractResponse:
+        assert state.session_id is not None, "interact before start_sample"
+        t0 = time.perf_counter()
+        try:
+            result = await client.interact(state.session_id, [assistant])
+        except (ControllerError, ControllerUnavailable) as exc:
+            raise EpisodeFailed(
+                FailureKind.ENV_TRANSPORT, f"interact failed: {exc}", SampleStatus.TASK_ERROR
+            ) from exc
+        finally:
+            state.env_s += time.perf_counter() - t0
+        state.status, state.reward, state.env_metrics = (
+            result.status,
+            float(result.reward),
+            dict(result.metrics),
+        )
+        if result.status in ENV_FAILURE_STATUSES:
+            raise EpisodeFailed(
+                FailureKind.ENV_STATUS,
+                f"environment ended the session with {result.status.value!r}: {result.error}",
+                result.status,
+            )
+        return result
+
+    def _add_env_messages(
+        self, state: EpisodeState, env_messages: list[dict[str, Any]], generated: list[int]
+    ) -> bool:
+        """Append the environment's turn (masked); False when it does not fit the response budget."""
+        try:
+            env_ids = env_token_ids(
+                self.tokenizer, state.messages, env_messages, state.tools, generated, self.end_token_id
+            )
+        except TemplateNotPrefixStable as exc:
+            raise EpisodeFailed(FailureKind.TEMPLATE_NOT_PREFIX_STABLE, str(exc)) from exc
+        if len(state.transcript.response_ids) + len(env_ids) >= self.response_budget:
+            return False
+        state.transcript.add_env_tokens(env_ids)
+        state.messages += env_messages
+        return True
 
     async def _assistant_message(self, token_ids: list[int], tools: Any) -> dict[str, Any]:
         if self._parser is not None:
-            content, calls = await self._parser.extract_tool_calls(token_ids)
+            # the parser sees the turn's body: its end-of-turn token is template glue, not content
+            body = token_ids[:-1] if token_ids and token_ids[-1] == self.end_token_id else token_ids
+            content, calls = await self._parser.extract_tool_calls(body, _tool_schemas(tools))
             tool_calls = [
                 {
                     "id": f"call_{uuid4().hex[:12]}",
@@ -208,47 +325,61 @@ class AgentRLAgentLoop(AgentLoopBase):
             message["tool_calls"] = tool_calls
         return message
 
-    async def _cancel(self, client: ControllerClient, session_id: int) -> None:
+    async def _cancel(self, client: ControllerClient, session_id: int | None) -> None:
+        if session_id is None:
+            return
         try:
             await client.cancel(session_id)
         except (ControllerError, ControllerUnavailable) as exc:
             logger.info("cancel of session %s failed (it may already be gone): %s", session_id, exc)
 
     def _extra(
-        self,
-        task: str,
-        index: Any,
-        status: str,
-        reward: float,
-        success: bool,
-        policies: list[str],
-        env_metrics: dict[str, Any],
-        started: float,
-        failed: bool = False,
+        self, state: EpisodeState, status: SampleStatus, reward: float, success: bool
     ) -> dict[str, Any]:
         return {
             "agentrl": {
                 "reward": reward,
-                "task": task,
-                "index": index,
-                "status": status,
+                "task": state.task,
+                "index": state.index,
+                "status": status.value,
                 "success": success,
-                "failed": failed,
-                "turn_policies": policies,
-                "env_metrics": env_metrics,
-                "seconds": time.perf_counter() - started,
+                "failed": False,
+                "failure_kind": None,
+                "turn_policies": state.turn_policies,
+                "turn_versions": state.turn_versions,
+                "turn_tokens": state.turn_tokens,
+                "aborted_generations": state.aborted_generations,
+                "env_metrics": state.env_metrics,
+                "seconds": time.perf_counter() - state.started,
             },
             # verl groups these by data_source in its validation metrics
-            "reward_extra_info": {"success": float(success), "failed": float(failed)},
+            "reward_extra_info": {"success": float(success), "failed": 0.0},
         }
 
-    def _dropped(self, task: str, index: Any, reason: str, started: float) -> AgentLoopOutput:
-        """A sample the environment could not run: one masked token, so it adds nothing to the loss."""
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        extra = self._extra(
-            task, index, SampleStatus.TASK_ERROR.value, 0.0, False, [], {}, started, failed=True
+    def _finished(self, state: EpisodeState) -> AgentLoopOutput:
+        completed = state.status == SampleStatus.COMPLETED
+        reward = state.reward if completed else self.settings.incomplete_punishment
+        success = completed and state.reward >= self.settings.success_reward
+        transcript = state.transcript
+        return AgentLoopOutput(
+            prompt_ids=transcript.prompt_ids,
+            response_ids=transcript.response_ids,
+            response_mask=transcript.response_mask,
+            response_logprobs=transcript.response_logprobs,
+            reward_score=reward,
+            num_turns=len(state.messages),
+            metrics=AgentLoopMetrics(generate_sequences=state.generate_s, tool_calls=state.env_s),
+            extra_fields=self._extra(state, state.status, reward, success),
         )
-        extra["agentrl"]["error"] = reason
+
+    def _dropped(self, state: EpisodeState, failure: EpisodeFailed) -> AgentLoopOutput:
+        """A sample that could not be run: one masked token, so it adds nothing to the loss."""
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        # nothing of the episode is trained: no turns to attribute to a pool or a version
+        state.turn_policies, state.turn_versions, state.turn_tokens, state.env_metrics = [], [], [], {}
+        extra = self._extra(state, failure.status, 0.0, False)
+        extra["agentrl"].update(failed=True, failure_kind=failure.kind.value, error=str(failure))
+        extra["reward_extra_info"]["failed"] = 1.0
         return AgentLoopOutput(
             prompt_ids=[pad],
             response_ids=[pad],
@@ -256,6 +387,20 @@ class AgentRLAgentLoop(AgentLoopBase):
             response_logprobs=[0.0],
             reward_score=0.0,
             num_turns=0,
-            metrics=AgentLoopMetrics(),
+            metrics=AgentLoopMetrics(generate_sequences=state.generate_s, tool_calls=state.env_s),
             extra_fields=extra,
         )
+
+
+def _tool_schemas(tools: list[dict[str, Any]] | None) -> list[Any] | None:
+    """The env's tool schemas as verl's parsers take them (typed parameters), or None if they do not fit."""
+    if not tools:
+        return None
+    from pydantic import ValidationError
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    try:
+        return [OpenAIFunctionToolSchema.model_validate(t) for t in tools]
+    except ValidationError as exc:
+        logger.debug("tool schemas not in verl's OpenAI form, parsing without them: %s", exc)
+        return None

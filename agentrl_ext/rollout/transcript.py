@@ -18,6 +18,14 @@ from typing import Any
 _HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
+class TemplateNotPrefixStable(ValueError):
+    """The chat template renders a conversation differently once messages are appended to it.
+
+    Environment tokens are found by diffing two renderings, which needs the shorter one to be
+    a prefix of the longer one. The agent loop ends such an episode as a counted failure.
+    """
+
+
 def render(
     tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, **kwargs: Any
 ) -> list[int]:
@@ -97,9 +105,13 @@ def env_token_ids(
     before = render(tokenizer, history, tools)
     after = render(tokenizer, history + env_messages, tools, add_generation_prompt=True)
     if after[: len(before)] != before:
-        raise ValueError(
-            "the chat template is not prefix-stable for this conversation (rendering with the environment "
-            "messages does not start with the rendering without them); environment tokens cannot be diffed"
+        pairs = enumerate(zip(before, after, strict=False))
+        diverge = next((i for i, (a, b) in pairs if a != b), min(len(before), len(after)))
+        raise TemplateNotPrefixStable(
+            f"the chat template is not prefix-stable for this conversation: rendering it with the "
+            f"{len(env_messages)} environment message(s) appended differs from rendering it without them "
+            f"at token {diverge} of {len(before)}, so environment tokens cannot be diffed; use a chat template "
+            "that renders every turn independently of the turns after it"
         )
     glue: list[int] = []
     if end_token_id is not None:
