@@ -21,6 +21,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
 from agentrl_ext.platform.hf_server import HFRolloutServer
+from agentrl_ext.platform.verl_compat import set_replica_server
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +67,7 @@ class HFReplica(RolloutReplica):
         # Fail here, with the server's own error, if the model cannot load.
         await server.get_global_steps.remote()
         self.servers = [server]
-        self._server_handle = server
-        self._server_address = f"hf-rollout://{name}"
+        set_replica_server(self, server, f"hf-rollout://{name}")
 
 
 class HFServerAdapter(BaseRollout):

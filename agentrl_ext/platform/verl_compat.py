@@ -30,6 +30,12 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._compute_advantage"),
 )
 
+#: verl private instance attributes we set (checked through verl's public accessors).
+PRIVATE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
+    ("verl.workers.rollout.replica.RolloutReplica", "_server_handle"),
+    ("verl.workers.rollout.replica.RolloutReplica", "_server_address"),
+)
+
 #: Ray private names we rely on: (module, attribute).
 RAY_PRIVATE_NAMES: tuple[tuple[str, str], ...] = (("ray._private.state", "available_resources_per_node"),)
 
@@ -252,3 +258,10 @@ def register_agent_loop_by_path(name: str, module: str, qualname: str) -> None:
 
     stand_in = type(qualname.rsplit(".", 1)[-1], (), {"__module__": module, "__qualname__": qualname})
     register(name)(stand_in)
+
+
+def set_replica_server(replica: Any, handle: Any, address: str) -> None:
+    """Record a replica's server for verl's public ``server_handle`` / ``server_address``
+    properties (verl's own replicas set the private fields behind them in ``launch_servers``)."""
+    replica._server_handle = handle
+    replica._server_address = address

@@ -160,3 +160,16 @@ def test_ray_private_names_on_cpu(module, attr):
         ray.shutdown()
     assert isinstance(per_node, dict) and per_node
     assert sum(node.get("CPU", 0) for node in per_node.values()) == 3
+
+
+def test_replica_server_fields_feed_verls_public_properties_on_cpu():
+    from verl.workers.rollout.replica import RolloutReplica
+
+    from agentrl_ext.platform.hf_rollout import HFReplica
+
+    assert [a for _, a in verl_compat.PRIVATE_ATTRIBUTES] == ["_server_handle", "_server_address"]
+    replica = RolloutReplica.__new__(HFReplica)
+    handle = object()
+    verl_compat.set_replica_server(replica, handle, "hf-rollout://x")
+    assert replica.server_handle is handle
+    assert replica.server_address == "hf-rollout://x"
