@@ -14,10 +14,10 @@ test-fast: setup  ## everything but whole training runs
 	bash scripts/test.sh -m "not slow"
 
 lint: setup
-	.venv/bin/ruff check agentrl_ext tests bench envs
-	.venv/bin/ruff format --check agentrl_ext tests bench envs
+	.venv/bin/ruff check setup.py agentrl_ext tests bench envs
+	.venv/bin/ruff format --check setup.py agentrl_ext tests bench envs
 	.venv/bin/mypy agentrl_ext
 
 format: setup
-	.venv/bin/ruff format agentrl_ext tests bench envs
-	.venv/bin/ruff check --fix agentrl_ext tests bench envs
+	.venv/bin/ruff format setup.py agentrl_ext tests bench envs
+	.venv/bin/ruff check --fix setup.py agentrl_ext tests bench envs

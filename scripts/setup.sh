@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up of the project venv: torch (CPU build on CPU hosts), verl 0.9.1 and
 # agentrl_ext with its training and dev extras. Re-runs are fast (a stamp records the
-# hash of setup.cfg). Override the venv location with AGENTRL_VENV.
+# hash of setup.cfg and setup.py). Override the venv location with AGENTRL_VENV.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +16,7 @@ fi
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 
-stamp="$VENV/.agentrl-setup-$(sha256sum setup.cfg | cut -c1-16)"
+stamp="$VENV/.agentrl-setup-$(cat setup.cfg setup.py | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && python -c "import agentrl_ext, verl, torch" 2>/dev/null; then
   echo "[setup] venv up to date ($VENV)"
   exit 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import random
@@ -119,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="train", choices=["train", "val"], help="val: no repetition")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    missing = [name for name in ("pandas", "pyarrow") if importlib.util.find_spec(name) is None]
+    if missing:
+        # the base install is the environment side only; the parquet writer comes with an extra
+        parser.error(f"writing parquet needs {' and '.join(missing)}: pip install 'agentrl_ext[data]'")
     tasks = [t for t in args.tasks.split(",") if t]
     indices = asyncio.run(fetch_indices(args.controller, tasks))
     path = build_multitask_dataset(indices, args.out, seed=args.seed, split=args.split)

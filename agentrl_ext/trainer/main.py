@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from importlib import resources
 from pathlib import Path
 
 import hydra
@@ -23,10 +24,27 @@ GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
 AGENT_LOOP_NAME = "agentrl"
 
 
-def recipes_dir() -> str:
-    """Where recipes live: ``$AGENTRL_RECIPES_DIR`` or the repository's ``recipes/``."""
+RECIPES_PACKAGE = "agentrl_ext.recipes"  # the repository's recipes/, shipped in the wheel (setup.py)
+
+
+def recipes_search_path() -> str:
+    """Hydra's config path of the recipes: ``$AGENTRL_RECIPES_DIR`` or ``pkg://agentrl_ext.recipes``."""
     env = os.environ.get("AGENTRL_RECIPES_DIR")
-    return str(Path(env).resolve()) if env else str(Path(__file__).resolve().parents[2] / "recipes")
+    return str(Path(env).resolve()) if env else f"pkg://{RECIPES_PACKAGE}"
+
+
+def recipes_dir() -> str:
+    """The recipes' folder on disk: ``$AGENTRL_RECIPES_DIR`` or the installed ``agentrl_ext.recipes``."""
+    path = recipes_search_path()
+    if not path.startswith("pkg://"):
+        return path
+    try:
+        return str(resources.files(RECIPES_PACKAGE))
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"{RECIPES_PACKAGE} is not installed (agentrl_ext is imported from {Path(__file__).parents[1]}); "
+            f"install the package (pip install -e .) or set AGENTRL_RECIPES_DIR to a recipes folder"
+        ) from exc
 
 
 def prepare_assets(config: DictConfig, agentrl: AgentRLConfig) -> None:
@@ -162,7 +180,7 @@ def run(config: DictConfig) -> None:
     run_verl_main(config)
 
 
-@hydra.main(config_path=recipes_dir(), config_name="cpu_smoke", version_base=None)
+@hydra.main(config_path=recipes_search_path(), config_name="cpu_smoke", version_base=None)
 def _hydra_main(config: DictConfig) -> None:
     run(config)
 

@@ -1,0 +1,1 @@
+"""One task per folder, installed as ``agentrl_ext.envs.<task>`` (see setup.py)."""

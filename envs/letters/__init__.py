@@ -1,0 +1,1 @@
+"""The ``letters`` and ``digits`` tasks."""
