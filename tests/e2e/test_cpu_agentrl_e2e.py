@@ -21,8 +21,8 @@ from agentrl_ext.testing.env_servers import env_servers
 pytestmark = pytest.mark.slow
 
 WORKERS = [
-    ("letters", "letters", "envs.letters.task:LettersTask"),
-    ("digits", "digits", "envs.letters.task:DigitsTask"),
+    ("letters", "letters", "agentrl_ext.envs.letters.task:LettersTask"),
+    ("digits", "digits", "agentrl_ext.envs.letters.task:DigitsTask"),
 ]
 
 
