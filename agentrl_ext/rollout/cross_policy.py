@@ -6,13 +6,18 @@ are refreshed only every ``stale_step`` steps. Inside a pool a sample stays on t
 same server (sticky by request id, for prefix caching). Stale tokens enter the loss
 with their own behaviour log-probs. Every ``TokenOutput`` is tagged with the pool
 that produced it (``extra_fields["policy"]``), which the agent loop records per turn.
+
+Routing is reproducible: each agent-loop worker draws from its own stream, seeded by
+``agentrl.cross_policy.seed`` and the worker's rank (its index among verl's agent-loop
+workers), never by anything that changes from run to run such as a process id.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import os
 import random
+import re
 from typing import Any
 
 from verl.workers.rollout.llm_server import LLMServerClient
@@ -20,6 +25,33 @@ from verl.workers.rollout.llm_server import LLMServerClient
 logger = logging.getLogger(__name__)
 
 CURRENT, STALE = "current", "stale"
+
+#: verl 0.9.1 names its agent-loop worker actors ``agent_loop_worker_{i}_{8 hex}``
+#: (``AgentLoopManager._init_agent_loop_workers``); ``i`` is the worker's rank
+_AGENT_LOOP_WORKER_NAME = re.compile(r"agent_loop_worker_(\d+)_[0-9a-f]+")
+
+
+def agent_loop_worker_rank() -> int | None:
+    """Rank of the verl agent-loop worker this process hosts, or None outside one.
+
+    verl hands its ``AgentLoopWorker`` actors no rank, but names them by their index
+    (0 .. ``rollout.agent.num_workers`` - 1), which is stable from run to run.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    if context.get_actor_id() is None:  # the driver, not an actor
+        return None
+    match = _AGENT_LOOP_WORKER_NAME.fullmatch(context.get_actor_name() or "")
+    return int(match.group(1)) if match else None
+
+
+def routing_seed(seed: int, worker_rank: int) -> int:
+    """The routing stream's seed of one worker: the same on every run, distinct per (seed, rank)."""
+    digest = hashlib.sha256(f"agentrl/cross_policy/{seed}/{worker_rank}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 class PolicyRouter:
@@ -39,7 +71,10 @@ class CrossPolicyLLMServerClient(LLMServerClient):
     """verl ``LLMServerClient`` that routes each call to the current or the stale pool.
 
     Handed to verl's agent-loop workers in place of the plain client, so any agent
-    loop that calls ``server_manager.generate(...)`` samples across policies.
+    loop that calls ``server_manager.generate(...)`` samples across policies. verl
+    pickles one client to every worker; each copy seeds its router there with
+    :func:`routing_seed` of ``seed`` and ``worker_rank`` (default: the rank of the
+    agent-loop worker it runs in, see :func:`agent_loop_worker_rank`; 0 outside one).
     """
 
     def __init__(
@@ -49,19 +84,25 @@ class CrossPolicyLLMServerClient(LLMServerClient):
         stale_load_balancer_handle: Any,
         stale_ratio: float,
         seed: int = 0,
+        worker_rank: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(config=config, load_balancer_handle=load_balancer_handle, **kwargs)
         self._stale = LLMServerClient(config=config, load_balancer_handle=stale_load_balancer_handle)
         self._stale_ratio = stale_ratio
         self._seed = seed
+        self._worker_rank = worker_rank
         self._router: PolicyRouter | None = None
 
     @property
     def router(self) -> PolicyRouter:
         # Created lazily in the process that generates: each agent-loop worker draws its own stream.
         if self._router is None:
-            self._router = PolicyRouter(self._stale_ratio, seed=hash((self._seed, os.getpid())) & 0xFFFFFFFF)
+            rank = self._worker_rank if self._worker_rank is not None else agent_loop_worker_rank()
+            if rank is None:
+                logger.info("cross-policy routing outside a verl agent-loop worker: seeding as worker rank 0")
+                rank = 0
+            self._router = PolicyRouter(self._stale_ratio, seed=routing_seed(self._seed, rank))
         return self._router
 
     def __getstate__(self) -> dict[str, Any]:

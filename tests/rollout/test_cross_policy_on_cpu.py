@@ -12,7 +12,13 @@ import ray
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
-from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient, PolicyRouter
+from agentrl_ext.rollout.cross_policy import (
+    CURRENT,
+    STALE,
+    CrossPolicyLLMServerClient,
+    PolicyRouter,
+    agent_loop_worker_rank,
+)
 from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
 
 
@@ -68,6 +74,46 @@ def test_client_pickles_without_its_rng_on_cpu():
     assert pickle.loads(pickle.dumps(client))._router is None
 
 
+def _client(seed: int = 0, worker_rank: int | None = None) -> CrossPolicyLLMServerClient:
+    return CrossPolicyLLMServerClient(
+        config=None,
+        load_balancer_handle=None,
+        stale_load_balancer_handle=None,
+        stale_ratio=0.5,
+        seed=seed,
+        worker_rank=worker_rank,
+    )
+
+
+def _stream(client: CrossPolicyLLMServerClient, n: int = 200) -> list[str]:
+    return [client.router.draw() for _ in range(n)]
+
+
+def test_same_seed_and_worker_rank_draw_the_same_stream_on_cpu():
+    import pickle
+
+    stream = _stream(_client(seed=5, worker_rank=1))
+    assert _stream(_client(seed=5, worker_rank=1)) == stream
+    assert _stream(pickle.loads(pickle.dumps(_client(seed=5, worker_rank=1)))) == stream
+    assert _stream(_client(seed=5, worker_rank=2)) != stream  # another worker
+    assert _stream(_client(seed=6, worker_rank=1)) != stream  # another seed
+    # outside a verl agent-loop worker (here: no Ray) the client seeds as rank 0
+    assert agent_loop_worker_rank() is None
+    assert _stream(_client(seed=5)) == _stream(_client(seed=5, worker_rank=0))
+
+
+def test_verl_names_agent_loop_workers_by_rank_on_cpu():
+    import inspect
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+
+    source = inspect.getsource(AgentLoopManager._init_agent_loop_workers)
+    assert 'name=f"agent_loop_worker_{i}" + f"_{uuid4().hex[:8]}"' in source, (
+        "verl no longer names its agent-loop workers agent_loop_worker_{i}_{hex}: "
+        "update agentrl_ext.rollout.cross_policy.agent_loop_worker_rank"
+    )
+
+
 def test_stale_refresh_schedule_on_cpu():
     assert [s for s in range(0, 101) if refresh_due(s, 25)] == [25, 50, 75, 100]
     assert [s for s in range(0, 6) if refresh_due(s, 1)] == [1, 2, 3, 4, 5]
@@ -78,6 +124,29 @@ def local_ray():
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+def test_worker_rank_comes_from_the_agent_loop_worker_actor_on_cpu(local_ray):
+    # verl pickles one client (no rank) to each worker actor; each copy seeds by its worker's rank
+    @ray.remote(num_cpus=0)
+    class Worker:
+        def __init__(self, client: CrossPolicyLLMServerClient) -> None:
+            self.client = client
+
+        def rank_and_stream(self) -> tuple[int | None, list[str]]:
+            # (no helper of this test module here: Ray workers cannot import it)
+            return agent_loop_worker_rank(), [self.client.router.draw() for _ in range(200)]
+
+    client = _client(seed=5)
+    workers = [Worker.options(name=f"agent_loop_worker_{i}_0123abcd").remote(client) for i in (0, 3)]
+    (rank0, stream0), (rank3, stream3) = ray.get([w.rank_and_stream.remote() for w in workers])
+    assert (rank0, rank3) == (0, 3)
+    assert stream0 == _stream(_client(seed=5, worker_rank=0))
+    assert stream3 == _stream(_client(seed=5, worker_rank=3))
+    assert stream0 != stream3
+    assert agent_loop_worker_rank() is None  # the driver is no agent-loop worker
+    for worker in workers:
+        ray.kill(worker)
 
 
 def test_refresh_copies_current_weights_into_stale_servers_on_cpu(local_ray):
