@@ -99,3 +99,13 @@ def test_build_dataset_names_the_extra_without_pandas_on_cpu(monkeypatch, capsys
     with pytest.raises(SystemExit):
         multitask.main(["--controller", "http://127.0.0.1:1/api", "--tasks", "letters", "--out", "x.parquet"])
     assert "needs pandas: pip install 'agentrl_ext[data]'" in capsys.readouterr().err
+
+
+def test_recipes_come_from_the_package_unless_agentrl_recipes_dir_is_set_on_cpu(monkeypatch, tmp_path):
+    from agentrl_ext.trainer.main import recipes_dir, recipes_search_path
+
+    monkeypatch.delenv("AGENTRL_RECIPES_DIR", raising=False)
+    assert recipes_search_path() == "pkg://agentrl_ext.recipes"
+    assert Path(recipes_dir()) == REPO / "recipes"  # the editable install maps the package to the folder
+    monkeypatch.setenv("AGENTRL_RECIPES_DIR", str(tmp_path))
+    assert recipes_search_path() == recipes_dir() == str(tmp_path.resolve())
