@@ -12,15 +12,18 @@ import logging
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import hydra
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agentrl_ext.config import AgentRLConfig
 
 logger = logging.getLogger(__name__)
 
 GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
+#: rollouts for which the cross-policy stale pool is built
+STALE_POOL_ROLLOUTS = ("hf",)
 AGENT_LOOP_NAME = "agentrl"
 
 
@@ -92,6 +95,38 @@ def check_config(config: DictConfig, cuda: bool) -> None:
     for key, f in _local_data_files(config):
         if not Path(f).exists():
             raise FileNotFoundError(f"data.{key} names {f}, which does not exist")
+    check_cross_policy(config)
+
+
+def check_cross_policy(config: DictConfig) -> None:
+    """Cross-policy sampling needs a stale pool for the rollout, and the behaviour log-probs of
+    every turn must drive the PPO ratio (else stale turns would be trained as on-policy)."""
+    from agentrl_ext.config import agentrl_config
+
+    if not agentrl_config(config).cross_policy.enable:
+        return
+    rollout = config.actor_rollout_ref.rollout
+    if str(rollout.name) not in STALE_POOL_ROLLOUTS:
+        raise ValueError(
+            f"agentrl.cross_policy.enable=true needs a stale pool for actor_rollout_ref.rollout.name={rollout.name}, "
+            f"which is built only for {list(STALE_POOL_ROLLOUTS)} so far; set agentrl.cross_policy.enable=false "
+            f"to train on {rollout.name} without cross-policy sampling"
+        )
+    if not rollout.get("calculate_log_probs", False):
+        raise ValueError(
+            "agentrl.cross_policy.enable=true needs the behaviour log-probs of every turn: set "
+            "actor_rollout_ref.rollout.calculate_log_probs=true"
+        )
+    correction = config.algorithm.get("rollout_correction") or {}
+    if not correction.get("bypass_mode", False) and not correction.get("rollout_is"):
+        raise ValueError(
+            "agentrl.cross_policy.enable=true with algorithm.rollout_correction.bypass_mode=false and no "
+            "rollout_is: verl would recompute old_log_probs with the current actor, so turns of the stale pool "
+            "would enter the loss with ratio 1, as if the current policy had sampled them. Set "
+            "algorithm.rollout_correction.bypass_mode=true (AgentRL: ratio = π_θ / π_behaviour with the "
+            "generating engine's log-probs), or keep decoupled mode with importance weights "
+            "algorithm.rollout_correction.rollout_is=token"
+        )
 
 
 def _dataset_tasks(config: DictConfig) -> set[str]:
@@ -135,28 +170,98 @@ def check_environment(config: DictConfig, agentrl: AgentRLConfig, timeout_s: flo
         )
 
 
-def apply_cpu_defaults(config: DictConfig) -> None:
-    """Fill in what verl needs to run on the CPU platform, where the user left verl's GPU defaults."""
-    with open_dict(config):
-        config.trainer.device = "cpu"
-        ray_init = config.ray_kwargs.ray_init
-        if ray_init.get("num_cpus") is None:
-            # Ray schedules on logical CPUs; verl's actors need more slots than a laptop has cores.
-            ray_init.num_cpus = max(8, os.cpu_count() or 1)
-        rollout = config.actor_rollout_ref.rollout
-        if rollout.name == "hf":
-            rollout.tensor_model_parallel_size = 1
-        storage = config.transfer_queue.backend.SimpleStorage
-        if storage.num_data_storage_units == 8:  # verl's GPU default hangs on a 2-core machine
-            storage.num_data_storage_units = 1
-        model = config.actor_rollout_ref.model
-        model.override_config.setdefault("attn_implementation", "sdpa")  # flash-attn does not exist on CPU
-        for role in ("actor", "ref"):
-            node = config.actor_rollout_ref[role]
-            if node.get("strategy") == "fsdp":  # FSDP1 needs a GPU; FSDP2 runs on CPU with gloo
-                node.strategy = "fsdp2"
-        if config.data.get("dataloader_num_workers", 0):
-            config.data.dataloader_num_workers = 0
+#: the fewest logical CPU slots Ray needs for verl's actors (with fewer, placement waits forever)
+MIN_RAY_CPUS = 8
+
+
+def apply_cpu_defaults(config: DictConfig, explicit: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Replace verl's GPU defaults that cannot work on the CPU platform; returns the changes made.
+
+    Every change is logged as ``key: old -> new``. ``explicit`` holds the keys the user set on the
+    command line: a value there is never rewritten, and one that cannot work on CPU is an error
+    naming the fix.
+    """
+    changes: list[str] = []
+
+    def change(key: str, new: Any, why: str, works: bool) -> None:
+        node, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(config, node)
+        old = parent.get(leaf) if parent is not None else None
+        if old == new:
+            return
+        if key in explicit:
+            if works:
+                return
+            raise ValueError(f"{key}={old} cannot work on the CPU platform ({why}); set {key}={new}")
+        with open_dict(config):
+            OmegaConf.update(config, key, new, force_add=True)
+        changes.append(f"{key}: {old} -> {new} ({why})")
+
+    change("trainer.device", "cpu", "no CUDA device here", works=False)
+    num_cpus = config.ray_kwargs.ray_init.get("num_cpus")
+    if num_cpus is None or num_cpus < MIN_RAY_CPUS:
+        wanted = max(MIN_RAY_CPUS, os.cpu_count() or 1)
+        change(
+            "ray_kwargs.ray_init.num_cpus",
+            wanted,
+            f"Ray schedules verl's actors on logical CPUs and needs at least {MIN_RAY_CPUS}, whatever the cores",
+            works=num_cpus is not None and num_cpus >= MIN_RAY_CPUS,
+        )
+    if config.actor_rollout_ref.rollout.name == "hf":
+        tp = config.actor_rollout_ref.rollout.tensor_model_parallel_size
+        change(
+            "actor_rollout_ref.rollout.tensor_model_parallel_size",
+            1,
+            "the HF rollout server is one process",
+            tp == 1,
+        )
+    units = config.transfer_queue.backend.SimpleStorage.num_data_storage_units
+    if units == 8:  # verl's GPU default hangs on a 2-core machine
+        change(
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units",
+            1,
+            "8 storage units hang the trainer on a small CPU machine",
+            works=False,
+        )
+    attn = config.actor_rollout_ref.model.override_config.get("attn_implementation")
+    if attn not in ("eager", "sdpa"):
+        change(
+            "actor_rollout_ref.model.override_config.attn_implementation",
+            "sdpa",
+            "flash-attention does not exist on CPU",
+            works=False,
+        )
+    for role in ("actor", "ref"):
+        if config.actor_rollout_ref[role].get("strategy") == "fsdp":
+            change(
+                f"actor_rollout_ref.{role}.strategy",
+                "fsdp2",
+                "FSDP1 needs a GPU; FSDP2 runs on CPU with gloo",
+                False,
+            )
+    if config.data.get("dataloader_num_workers", 0):
+        change(
+            "data.dataloader_num_workers",
+            0,
+            "worker processes only add a 'DataLoader worker killed' traceback at shutdown",
+            works=True,
+        )
+    for line in changes:
+        logger.warning("agentrl-train (CPU platform) changed %s", line)
+    return changes
+
+
+def explicit_overrides() -> set[str]:
+    """Keys the user set on the command line (Hydra's task overrides), when run under Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return set()
+    keys = set()
+    for override in HydraConfig.get().overrides.task:
+        key = override.split("=", 1)[0].lstrip("+~")
+        keys.add(key)
+    return keys
 
 
 def run(config: DictConfig) -> None:
@@ -176,7 +281,7 @@ def run(config: DictConfig) -> None:
     check_environment(config, agentrl)
     if cpu_platform_active():
         os.environ.setdefault("VERL_PLATFORM", "cpu")  # inherited by every Ray process
-        apply_cpu_defaults(config)
+        apply_cpu_defaults(config, explicit_overrides())
     run_verl_main(config)
 
 

@@ -57,7 +57,9 @@ def test_missing_data_file_is_named_on_cpu(tmp_path):
 
 
 def test_unknown_agentrl_key_is_named_on_cpu():
-    with pytest.raises(ValueError, match=r"Key 'bogus' not in 'AgentRLConfig'(.|\n)*known keys: agentrl.cache_dir"):
+    with pytest.raises(
+        ValueError, match=r"Key 'bogus' not in 'AgentRLConfig'(.|\n)*known keys: agentrl.cache_dir"
+    ):
         AgentRLConfig.from_config({"bogus": 1})
     with pytest.raises(ValueError, match=r"Key 'build_tiny' not in 'AssetsConfig'"):
         AgentRLConfig.from_config({"assets": {"build_tiny": True}})
@@ -101,8 +103,89 @@ def test_cpu_defaults_replace_gpu_defaults_only_on_cpu():
     assert config.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
     assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
     explicit = _compose("cpu_smoke", ["ray_kwargs.ray_init.num_cpus=12"])
-    apply_cpu_defaults(explicit)
+    apply_cpu_defaults(explicit, {"ray_kwargs.ray_init.num_cpus"})
     assert explicit.ray_kwargs.ray_init.num_cpus == 12
+
+
+def test_cpu_defaults_are_logged_old_to_new_on_cpu(caplog):
+    config = _compose("cpu_smoke", ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
+    with caplog.at_level("WARNING", logger="agentrl_ext.trainer.main"):
+        changes = apply_cpu_defaults(config)
+    assert any(c.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size: 2 -> 1") for c in changes)
+    assert any(c.startswith("ray_kwargs.ray_init.num_cpus: None -> ") for c in changes)
+    assert any(
+        c.startswith("transfer_queue.backend.SimpleStorage.num_data_storage_units: 8 -> 1") for c in changes
+    )
+    assert any(
+        c.startswith("actor_rollout_ref.model.override_config.attn_implementation: None -> sdpa")
+        for c in changes
+    )
+    logged = caplog.text
+    for line in changes:
+        assert line in logged
+    # applying them again changes nothing
+    assert apply_cpu_defaults(config) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "fix"),
+    [
+        ("actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.strategy=fsdp2"),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "tensor_model_parallel_size=1"),
+        (
+            "+actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2",
+            "attn_implementation=sdpa",
+        ),
+        ("ray_kwargs.ray_init.num_cpus=2", "ray_kwargs.ray_init.num_cpus="),
+        ("transfer_queue.backend.SimpleStorage.num_data_storage_units=8", "num_data_storage_units=1"),
+        ("trainer.device=cuda", "trainer.device=cpu"),
+    ],
+)
+def test_explicit_value_that_cannot_work_on_cpu_is_an_error_on_cpu(override, fix):
+    config = _compose("cpu_smoke", [override])
+    key = override.split("=")[0].lstrip("+")
+    with pytest.raises(ValueError, match=f"{key}=.* cannot work on the CPU platform.*{fix}"):
+        apply_cpu_defaults(config, {key})
+
+
+def test_cross_policy_needs_behaviour_log_probs_in_the_ratio_on_cpu(tmp_path):
+    base = [f"actor_rollout_ref.model.path={tmp_path}", "data.train_files=[]", "data.val_files=[]"]
+    ok = _compose("cpu_agentrl", base)
+    assert ok.algorithm.rollout_correction.bypass_mode is True
+    check_config(ok, cuda=False)
+    # decoupled mode without importance weights: stale turns would be trained with ratio 1
+    decoupled = _compose("cpu_agentrl", [*base, "algorithm.rollout_correction.bypass_mode=false"])
+    with pytest.raises(ValueError, match=r"ratio 1.*bypass_mode=true.*rollout_is=token"):
+        check_config(decoupled, cuda=False)
+    weighted = _compose(
+        "cpu_agentrl",
+        [
+            *base,
+            "algorithm.rollout_correction.bypass_mode=false",
+            "algorithm.rollout_correction.rollout_is=token",
+        ],
+    )
+    check_config(weighted, cuda=False)
+    no_logprobs = _compose("cpu_agentrl", [*base, "actor_rollout_ref.rollout.calculate_log_probs=false"])
+    with pytest.raises(ValueError, match="calculate_log_probs=true"):
+        check_config(no_logprobs, cuda=False)
+    off = _compose(
+        "cpu_agentrl",
+        [*base, "agentrl.cross_policy.enable=false", "algorithm.rollout_correction.bypass_mode=false"],
+    )
+    check_config(off, cuda=False)
+
+
+def test_cross_policy_on_a_rollout_without_stale_pool_fails_before_ray_on_cpu(tmp_path):
+    config = _compose(
+        "cpu_agentrl",
+        [f"actor_rollout_ref.model.path={tmp_path}", "data.train_files=[]", "data.val_files=[]",
+         "actor_rollout_ref.rollout.name=sglang"],
+    )  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"stale pool for actor_rollout_ref.rollout.name=sglang.*cross_policy.enable=false"
+    ):
+        check_config(config, cuda=True)
 
 
 def test_agentrl_node_comes_from_the_dataclasses_on_cpu():
@@ -145,7 +228,9 @@ def test_task_without_worker_is_named_on_cpu(tmp_path):
     from agentrl_ext.testing.env_servers import env_servers
     from agentrl_ext.trainer.main import check_environment
 
-    with env_servers([("letters", "letters", "envs.letters.task:LettersTask")], tmp_path / "logs") as servers:
+    with env_servers(
+        [("letters", "letters", "agentrl_ext.envs.letters.task:LettersTask")], tmp_path / "logs"
+    ) as servers:
         config = _agentrl_config(tmp_path, servers.controller_url, ["letters", "digits"])
         with pytest.raises(
             LookupError, match=r"no healthy worker for task\(s\) \['digits'\].*serves \['letters'\]"
