@@ -55,12 +55,22 @@ class AgentLoopConfig:
     env_attempts: int = 3
     #: seconds one environment call may take
     env_timeout_s: float = 600.0
+    #: retries of a generation that came back aborted (e.g. the server was paused for a weight
+    #: update); its partial tokens are discarded, and after the last retry the episode is dropped
+    abort_retries: int = 2
+    #: seconds to wait before retrying an aborted generation
+    abort_retry_delay_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"agentrl.agent_loop.max_turns={self.max_turns} must be >= 1")
         if self.env_attempts < 1:
             raise ValueError(f"agentrl.agent_loop.env_attempts={self.env_attempts} must be >= 1")
+        if self.abort_retries < 0 or self.abort_retry_delay_s < 0:
+            raise ValueError(
+                f"agentrl.agent_loop.abort_retries={self.abort_retries} and abort_retry_delay_s="
+                f"{self.abort_retry_delay_s} must be >= 0"
+            )
         if self.env_timeout_s <= 0:
             raise ValueError(f"agentrl.agent_loop.env_timeout_s={self.env_timeout_s} must be > 0")
         if self.max_tokens_per_turn is not None and self.max_tokens_per_turn < 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,6 +36,11 @@ PRIVATE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("verl.workers.rollout.replica.RolloutReplica", "_server_handle"),
     ("verl.workers.rollout.replica.RolloutReplica", "_server_address"),
 )
+
+#: verl conventions we parse (not API): name -> what we rely on
+PRIVATE_CONVENTIONS: dict[str, str] = {
+    "agent-loop worker actor name": "AgentLoopManager names its workers agent_loop_worker_{rank}_{8 hex}",
+}
 
 #: Ray private names we rely on: (module, attribute).
 RAY_PRIVATE_NAMES: tuple[tuple[str, str], ...] = (("ray._private.state", "available_resources_per_node"),)
@@ -265,3 +271,25 @@ def set_replica_server(replica: Any, handle: Any, address: str) -> None:
     properties (verl's own replicas set the private fields behind them in ``launch_servers``)."""
     replica._server_handle = handle
     replica._server_address = address
+
+
+#: verl 0.9.1 names its agent-loop worker actors ``agent_loop_worker_{i}_{8 hex}``
+#: (``AgentLoopManager._init_agent_loop_workers``); ``i`` is the worker's rank
+_AGENT_LOOP_WORKER_NAME = re.compile(r"agent_loop_worker_(\d+)_[0-9a-f]+")
+
+
+def agent_loop_worker_rank() -> int | None:
+    """Rank of the verl agent-loop worker this process hosts, or None outside one.
+
+    verl hands its ``AgentLoopWorker`` actors no rank, but names them by their index
+    (0 .. ``rollout.agent.num_workers`` - 1), which is stable from run to run.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    if context.get_actor_id() is None:  # the driver, not an actor
+        return None
+    match = _AGENT_LOOP_WORKER_NAME.fullmatch(context.get_actor_name() or "")
+    return int(match.group(1)) if match else None

@@ -16,7 +16,7 @@ reward loop leaves it alone. A trajectory that does not end ``completed`` gets
 One episode never fails the training step. An episode that cannot be run to an end
 (:class:`FailureKind`: environment transport or status failure, an opening prompt over
 ``rollout.prompt_length``, a chat template that is not prefix-stable, a generation that
-stays aborted after :attr:`AgentRLAgentLoop.abort_retries` retries) is dropped from the
+stays aborted after ``agentrl.agent_loop.abort_retries`` retries) is dropped from the
 loss (one masked token) and counted: ``extra_fields["agentrl"]`` has ``failed=True``,
 ``failure_kind`` and the reason in ``error``.
 """
@@ -139,16 +139,14 @@ class AgentRLAgentLoop(AgentLoopBase):
     """Multi-turn, multi-task agent loop over the AgentRL function-call protocol."""
 
     tokenizer: Any
-    #: retries of a generation that came back aborted (e.g. the server was paused for a weight
-    #: update); its partial tokens are discarded. After the last retry the episode is dropped.
-    abort_retries: int = 2
-    #: seconds to wait before retrying an aborted generation
-    abort_retry_delay_s: float = 1.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         agentrl = agentrl_config(self.config)
         self.settings = agentrl.agent_loop
+        #: retries of a generation that came back aborted (``agentrl.agent_loop.abort_retries``)
+        self.abort_retries = self.settings.abort_retries
+        self.abort_retry_delay_s = self.settings.abort_retry_delay_s
         self.response_budget = int(self.rollout_config.response_length)
         self.prompt_budget = int(self.rollout_config.prompt_length)
         self.end_token_id = self.tokenizer.eos_token_id
@@ -259,7 +257,7 @@ class AgentRLAgentLoop(AgentLoopBase):
         raise EpisodeFailed(
             FailureKind.GENERATION_ABORTED,
             f"generation of turn {len(state.turn_tokens) + 1} came back aborted {self.abort_retries + 1} times "
-            f"(AgentRLAgentLoop.abort_retries={self.abort_retries})",
+            f"(agentrl.agent_loop.abort_retries={self.abort_retries})",
         )
 
     async def _interact(

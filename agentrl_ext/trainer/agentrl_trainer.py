@@ -68,6 +68,13 @@ def episode_metrics(
         for status in {x.get("status") for x in info if x.get("status")}:
             metrics[prefix + f"status/{status}"] = float(sum(x.get("status") == status for x in info))
     metrics["agentrl/env/failed_episodes"] = float(failed_total)
+    # why episodes were dropped (agent loop FailureKind), and generations that came back aborted
+    infos = [x.get("agentrl", {}) for x in extras]
+    for kind in sorted({str(x["failure_kind"]) for x in infos if x.get("failure_kind")}):
+        metrics[f"agentrl/env/failure_kind/{kind}"] = float(sum(x.get("failure_kind") == kind for x in infos))
+    metrics["agentrl/rollout/aborted_generations"] = float(
+        sum(int(x.get("aborted_generations", 0)) for x in infos)
+    )
     # The environment's reward is the reward: count episodes whose trained reward differs from it.
     metrics["agentrl/env/reward_overwritten"] = float(
         sum(
@@ -79,7 +86,13 @@ def episode_metrics(
     metrics.update(_cross_policy_metrics(rewards, extras))
     if global_step is not None:
         # How many optimizer steps behind the trained policy each turn's generating weights were.
-        lags = [global_step - 1 - v for x in extras for v in x.get("agentrl", {}).get("turn_versions", [])]
+        # (None: the server reported no weights version for that turn)
+        lags = [
+            global_step - 1 - v
+            for x in extras
+            for v in x.get("agentrl", {}).get("turn_versions", [])
+            if v is not None
+        ]
         if lags:
             metrics["agentrl/policy/turn_version_lag_mean"] = float(np.mean(lags))
             metrics["agentrl/policy/turn_version_lag_max"] = float(np.max(lags))

@@ -12,13 +12,8 @@ import ray
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
-from agentrl_ext.rollout.cross_policy import (
-    CURRENT,
-    STALE,
-    CrossPolicyLLMServerClient,
-    PolicyRouter,
-    agent_loop_worker_rank,
-)
+from agentrl_ext.platform.verl_compat import agent_loop_worker_rank
+from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient, PolicyRouter
 from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
 
 
@@ -110,7 +105,7 @@ def test_verl_names_agent_loop_workers_by_rank_on_cpu():
     source = inspect.getsource(AgentLoopManager._init_agent_loop_workers)
     assert 'name=f"agent_loop_worker_{i}" + f"_{uuid4().hex[:8]}"' in source, (
         "verl no longer names its agent-loop workers agent_loop_worker_{i}_{hex}: "
-        "update agentrl_ext.rollout.cross_policy.agent_loop_worker_rank"
+        "update agentrl_ext.platform.verl_compat.agent_loop_worker_rank"
     )
 
 

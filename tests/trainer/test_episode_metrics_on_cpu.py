@@ -37,3 +37,20 @@ def test_episode_metrics_on_cpu():
 def test_overwritten_reward_is_counted_on_cpu():
     m = episode_metrics(["os"], [0.3], [_extra(True, reward=1.0)])
     assert m["agentrl/env/reward_overwritten"] == 1
+
+
+def test_failure_kinds_aborts_and_unknown_versions_on_cpu():
+    extras = [
+        _extra(False, status="cancelled", failed=True, policies=(), versions=(), reward=0.0),
+        _extra(False, status="cancelled", failed=True, policies=(), versions=(), reward=0.0),
+        _extra(True, policies=("current", "current"), versions=(None, 2)),
+    ]
+    extras[0]["agentrl"]["failure_kind"] = "generation_aborted"
+    extras[0]["agentrl"]["aborted_generations"] = 3
+    extras[1]["agentrl"]["failure_kind"] = "template_not_prefix_stable"
+    extras[2]["agentrl"]["aborted_generations"] = 1
+    m = episode_metrics(["os"] * 3, [0.0, 0.0, 1.0], extras, global_step=3)
+    assert m["agentrl/env/failure_kind/generation_aborted"] == 1
+    assert m["agentrl/env/failure_kind/template_not_prefix_stable"] == 1
+    assert m["agentrl/rollout/aborted_generations"] == 4
+    assert m["agentrl/policy/turn_version_lag_max"] == 0  # the turn without a version is left out
