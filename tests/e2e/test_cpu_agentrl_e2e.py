@@ -70,6 +70,18 @@ def test_agentrl_two_steps_on_cpu(tmp_path):
         assert m["actor/grad_norm"] > 0
     # the stale pool serves the weights of step 0, so at step 2 its turns lag one version behind
     assert steps[2]["agentrl/policy/turn_version_lag_max"] == 1
+    # per-pool importance ratios pi_theta / pi_behaviour at the start of each update (bypass mode:
+    # the behaviour log-probs drive the PPO ratio). Step 1: both pools hold the actor's weights.
+    # Step 2: the current pool holds them (ratio 1 up to float noise), the stale pool is a step behind.
+    for step in (1, 2):
+        for pool in ("current", "stale"):
+            assert steps[step][f"agentrl/cross_policy/tokens/{pool}"] > 0
+    assert steps[1]["agentrl/cross_policy/log_ratio_abs_mean/stale"] < 1e-3
+    assert steps[2]["agentrl/cross_policy/log_ratio_abs_mean/current"] < 1e-3
+    assert (
+        steps[2]["agentrl/cross_policy/log_ratio_abs_mean/stale"]
+        > 10 * steps[2]["agentrl/cross_policy/log_ratio_abs_mean/current"]
+    )
     print(
         "\nper-step metrics:",
         {s: {k: round(v, 4) for k, v in m.items() if k.startswith("agentrl/")} for s, m in steps.items()},
