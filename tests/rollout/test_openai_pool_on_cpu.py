@@ -43,7 +43,7 @@ def _fake_openai_server() -> tuple[str, list[dict[str, Any]]]:
 def test_pool_members_share_turns_and_episodes_complete_on_cpu(tmp_path):
     base_url, seen = _fake_openai_server()
     members = [PoolMember("a", base_url, "writer-a"), PoolMember("b", base_url, "writer-b")]
-    workers = [("letters", "letters", "envs.letters.task:LettersTask")]
+    workers = [("letters", "letters", "agentrl_ext.envs.letters.task:LettersTask")]
     with env_servers(workers, tmp_path / "logs") as servers:
         results, summary = asyncio.run(
             evaluate(servers.controller_url, ["letters"], members, limit=20, seed=1)
