@@ -12,7 +12,9 @@ so that a broken import surfaces, with its traceback, in the process that needs 
 - ``agentrl`` agent loop: registered by import path; verl's agent-loop worker imports it when it
   instantiates the first episode;
 - ``task_norm_grpo`` estimator: a thin function that imports the estimator on first call;
-- ``agentrl_sync`` trainer mode: verl's registry wants the class itself, so it is imported here.
+- ``agentrl_sync`` trainer mode: verl's registry wants the class itself, so it is imported here;
+- pre-Ray checks: verl's ``main_ppo`` runs :func:`agentrl_ext.trainer.main.preflight` (config
+  checks, CPU changes) on its composed config right before ``ray.init``, as ``agentrl-train`` does.
 """
 
 from __future__ import annotations
@@ -70,7 +72,19 @@ def _trainer_mode() -> None:
     import agentrl_ext.trainer.agentrl_trainer  # noqa: F401  (trainer.v1.trainer_mode=agentrl_sync)
 
 
+def _pre_ray_checks() -> None:
+    from agentrl_ext.platform.verl_compat import run_before_verl_config_validation
+
+    def preflight(config: Any) -> None:
+        from agentrl_ext.trainer.main import preflight as agentrl_preflight
+
+        agentrl_preflight(config)
+
+    run_before_verl_config_validation(preflight)
+
+
 _register("the CPU platform", _platform)
 _register("agent loop 'agentrl'", _agent_loop)
 _register("advantage estimator 'task_norm_grpo'", _estimator)
 _register("trainer mode 'agentrl_sync'", _trainer_mode)
+_register("the pre-Ray checks of verl's main_ppo", _pre_ray_checks)

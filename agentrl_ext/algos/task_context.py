@@ -15,6 +15,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+#: the estimator that needs the batch's tasks, and the trainer mode that publishes them
+ESTIMATOR_NAME = "task_norm_grpo"
+TRAINER_MODE = "agentrl_sync"
+
 _lock = threading.Lock()
 _tasks: dict[str, str] | None = None
 _metrics: dict[str, float] = {}

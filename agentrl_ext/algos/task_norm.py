@@ -25,7 +25,7 @@ import torch
 
 from agentrl_ext.algos import task_context
 
-ESTIMATOR_NAME = "task_norm_grpo"
+ESTIMATOR_NAME = task_context.ESTIMATOR_NAME
 TASK_NORM_EPS = 1e-6
 #: values spread by at most this much (times max(1, |largest value|)) count as all equal
 FLAT_TOL = 1e-6

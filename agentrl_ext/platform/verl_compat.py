@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("verl.workers.engine.base", "EngineRegistry._engines"),
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._compute_old_log_prob"),
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._compute_advantage"),
+    ("verl.workers.rollout.replica", "RolloutReplicaRegistry._registry"),
 )
 
 #: verl private instance attributes we set (checked through verl's public accessors).
@@ -293,3 +294,35 @@ def agent_loop_worker_rank() -> int | None:
         return None
     match = _AGENT_LOOP_WORKER_NAME.fullmatch(context.get_actor_name() or "")
     return int(match.group(1)) if match else None
+
+
+def rollout_names() -> list[str]:
+    """Names of the rollouts registered in verl's replica registry (``rollout.name`` values)."""
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    return sorted(RolloutReplicaRegistry._registry)
+
+
+def run_before_verl_config_validation(hook: Callable[[Any], None]) -> None:
+    """Run ``hook(config)`` at the start of ``verl.utils.config.validate_config``.
+
+    verl's ``main_ppo.main`` calls ``validate_config`` on the composed config right before
+    ``ray.init``; ``main_ppo`` binds the name when it is imported, which is after verl loaded its
+    plugins, so wrapping the module attribute here reaches ``python -m verl.trainer.main_ppo``.
+    """
+    from verl.utils import config as verl_config
+
+    original = verl_config.validate_config
+    hooks = getattr(original, "_agentrl_hooks", None)
+    if hooks is None:
+
+        @functools.wraps(original)
+        def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
+            for fn in validate_config._agentrl_hooks:  # type: ignore[attr-defined]
+                fn(config)
+            return original(config, *args, **kwargs)
+
+        validate_config._agentrl_hooks = hooks = []  # type: ignore[attr-defined]
+        verl_config.validate_config = validate_config
+    if hook not in hooks:
+        hooks.append(hook)

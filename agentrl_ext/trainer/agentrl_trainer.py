@@ -37,7 +37,7 @@ from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
 
 logger = logging.getLogger(__name__)
 
-TRAINER_MODE = "agentrl_sync"
+TRAINER_MODE = task_context.TRAINER_MODE
 
 
 def episode_metrics(

@@ -12,7 +12,6 @@ import logging
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -78,13 +77,26 @@ def _local_data_files(config: DictConfig) -> list[tuple[str, str]]:
 
 def check_config(config: DictConfig, cuda: bool) -> None:
     """Raise on configuration mistakes before Ray starts, naming the value and the fix."""
-    rollout = str(config.actor_rollout_ref.rollout.name)
+    from agentrl_ext.platform.verl_compat import rollout_names
+
+    rollout = str(OmegaConf.select(config, "actor_rollout_ref.rollout.name", throw_on_missing=False))
+    known = rollout_names()
+    if rollout == "None":
+        raise ValueError(f"actor_rollout_ref.rollout.name is not set; choose one of {known} (on CPU: hf)")
+    if rollout not in known:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.name={rollout} is not a rollout verl knows; registered: {known}"
+        )
     if rollout in GPU_ONLY_ROLLOUTS and not cuda:
         raise ValueError(
             f"actor_rollout_ref.rollout.name={rollout} needs a CUDA GPU, and this machine has none. "
             f"On CPU use the HF-transformers rollout server: actor_rollout_ref.rollout.name=hf "
             f"(the cpu_smoke recipe does)."
         )
+    # consistency of the pieces first, files on disk after
+    check_cross_policy(config)
+    check_algorithm(config)
+    check_agent_loop(config)
     model_path = str(config.actor_rollout_ref.model.path)
     if "://" not in model_path and not Path(model_path).exists():
         raise FileNotFoundError(
@@ -95,7 +107,36 @@ def check_config(config: DictConfig, cuda: bool) -> None:
     for key, f in _local_data_files(config):
         if not Path(f).exists():
             raise FileNotFoundError(f"data.{key} names {f}, which does not exist")
-    check_cross_policy(config)
+
+
+def check_algorithm(config: DictConfig) -> None:
+    """``task_norm_grpo`` needs each sample's task, which only our trainer mode publishes."""
+    from agentrl_ext.algos.task_context import ESTIMATOR_NAME, TRAINER_MODE
+
+    if str(config.algorithm.adv_estimator) != ESTIMATOR_NAME:
+        return
+    mode = config.trainer.get("v1", {}).get("trainer_mode")
+    if not config.trainer.get("use_v1", True) or mode != TRAINER_MODE:
+        raise ValueError(
+            f"algorithm.adv_estimator={ESTIMATOR_NAME} needs each sample's task (data_source), which verl does not "
+            f"pass to advantage estimators; our trainer mode publishes it: set trainer.v1.trainer_mode={TRAINER_MODE} "
+            f"(with trainer.use_v1=true; now trainer_mode={mode}, use_v1={config.trainer.get('use_v1', True)})"
+        )
+
+
+def check_agent_loop(config: DictConfig) -> None:
+    """The ``agentrl`` agent loop talks to environments through a controller: its URL must be set."""
+    from agentrl_ext.config import agentrl_config
+
+    if config.actor_rollout_ref.rollout.get("agent", {}).get("default_agent_loop") != AGENT_LOOP_NAME:
+        return
+    if not agentrl_config(config).agent_loop.controller_url:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME} but "
+            f"agentrl.agent_loop.controller_url is not set; start agentrl-controller and set e.g. "
+            f"agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api (with verl's main_ppo: "
+            f"+agentrl.agent_loop.controller_url=...)"
+        )
 
 
 def check_cross_policy(config: DictConfig) -> None:
@@ -170,119 +211,40 @@ def check_environment(config: DictConfig, agentrl: AgentRLConfig, timeout_s: flo
         )
 
 
-#: the fewest logical CPU slots Ray needs for verl's actors (with fewer, placement waits forever)
-MIN_RAY_CPUS = 8
+_preflighted: set[int] = set()
 
 
-def apply_cpu_defaults(config: DictConfig, explicit: set[str] | frozenset[str] = frozenset()) -> list[str]:
-    """Replace verl's GPU defaults that cannot work on the CPU platform; returns the changes made.
-
-    Every change is logged as ``key: old -> new``. ``explicit`` holds the keys the user set on the
-    command line: a value there is never rewritten, and one that cannot work on CPU is an error
-    naming the fix.
-    """
-    changes: list[str] = []
-
-    def change(key: str, new: Any, why: str, works: bool) -> None:
-        node, _, leaf = key.rpartition(".")
-        parent = OmegaConf.select(config, node)
-        old = parent.get(leaf) if parent is not None else None
-        if old == new:
-            return
-        if key in explicit:
-            if works:
-                return
-            raise ValueError(f"{key}={old} cannot work on the CPU platform ({why}); set {key}={new}")
-        with open_dict(config):
-            OmegaConf.update(config, key, new, force_add=True)
-        changes.append(f"{key}: {old} -> {new} ({why})")
-
-    change("trainer.device", "cpu", "no CUDA device here", works=False)
-    num_cpus = config.ray_kwargs.ray_init.get("num_cpus")
-    if num_cpus is None or num_cpus < MIN_RAY_CPUS:
-        wanted = max(MIN_RAY_CPUS, os.cpu_count() or 1)
-        change(
-            "ray_kwargs.ray_init.num_cpus",
-            wanted,
-            f"Ray schedules verl's actors on logical CPUs and needs at least {MIN_RAY_CPUS}, whatever the cores",
-            works=num_cpus is not None and num_cpus >= MIN_RAY_CPUS,
-        )
-    if config.actor_rollout_ref.rollout.name == "hf":
-        tp = config.actor_rollout_ref.rollout.tensor_model_parallel_size
-        change(
-            "actor_rollout_ref.rollout.tensor_model_parallel_size",
-            1,
-            "the HF rollout server is one process",
-            tp == 1,
-        )
-    units = config.transfer_queue.backend.SimpleStorage.num_data_storage_units
-    if units == 8:  # verl's GPU default hangs on a 2-core machine
-        change(
-            "transfer_queue.backend.SimpleStorage.num_data_storage_units",
-            1,
-            "8 storage units hang the trainer on a small CPU machine",
-            works=False,
-        )
-    attn = config.actor_rollout_ref.model.override_config.get("attn_implementation")
-    if attn not in ("eager", "sdpa"):
-        change(
-            "actor_rollout_ref.model.override_config.attn_implementation",
-            "sdpa",
-            "flash-attention does not exist on CPU",
-            works=False,
-        )
-    for role in ("actor", "ref"):
-        if config.actor_rollout_ref[role].get("strategy") == "fsdp":
-            change(
-                f"actor_rollout_ref.{role}.strategy",
-                "fsdp2",
-                "FSDP1 needs a GPU; FSDP2 runs on CPU with gloo",
-                False,
-            )
-    if config.data.get("dataloader_num_workers", 0):
-        change(
-            "data.dataloader_num_workers",
-            0,
-            "worker processes only add a 'DataLoader worker killed' traceback at shutdown",
-            works=True,
-        )
-    for line in changes:
-        logger.warning("agentrl-train (CPU platform) changed %s", line)
-    return changes
-
-
-def explicit_overrides() -> set[str]:
-    """Keys the user set on the command line (Hydra's task overrides), when run under Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return set()
-    keys = set()
-    for override in HydraConfig.get().overrides.task:
-        key = override.split("=", 1)[0].lstrip("+~")
-        keys.add(key)
-    return keys
-
-
-def run(config: DictConfig) -> None:
-    """Prepare, check and launch verl's trainer with a composed config."""
-    from agentrl_ext.platform import activate, cpu_platform_active
+def preflight(config: DictConfig) -> None:
+    """Everything that must hold before Ray starts, for both entry points (``agentrl-train`` and
+    verl's ``main_ppo``, which calls it through the plugin's pre-Ray hook): pin paths, build
+    missing assets, check the config and the environment service, apply the CPU changes.
+    Runs once per config object."""
+    if id(config) in _preflighted:
+        return
+    from agentrl_ext.platform.cpu_defaults import cpu_preflight
     from agentrl_ext.platform.cpu_platform import cuda_present
-    from agentrl_ext.platform.verl_compat import run_verl_main
 
-    activate()
     agentrl = AgentRLConfig.from_config(config.get("agentrl"))
     with open_dict(config):
         # Ray processes may not share the driver's working directory: pin paths down.
-        config.agentrl = config.get("agentrl") or {}
+        if config.get("agentrl") is None:
+            config.agentrl = {}
         config.agentrl.cache_dir = agentrl.cache_dir
     prepare_assets(config, agentrl)
     check_config(config, cuda=cuda_present())
     check_environment(config, agentrl)
-    if cpu_platform_active():
-        os.environ.setdefault("VERL_PLATFORM", "cpu")  # inherited by every Ray process
-        apply_cpu_defaults(config, explicit_overrides())
-    run_verl_main(config)
+    cpu_preflight(config)
+    _preflighted.add(id(config))
+
+
+def run(config: DictConfig) -> None:
+    """Prepare, check and launch verl's trainer with a composed config."""
+    from agentrl_ext.platform import activate
+    from agentrl_ext.platform.verl_compat import run_verl_main
+
+    activate()
+    preflight(config)
+    run_verl_main(config)  # verl's pre-Ray hook sees the config already checked and leaves it
 
 
 @hydra.main(config_path=recipes_search_path(), config_name="cpu_smoke", version_base=None)

@@ -8,7 +8,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from agentrl_ext.config import AgentRLConfig
-from agentrl_ext.trainer.main import apply_cpu_defaults, check_config, recipes_dir
+from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
+from agentrl_ext.trainer.main import check_config, recipes_dir
 
 RECIPES = sorted(p.stem for p in Path(recipes_dir()).glob("*.yaml"))
 
@@ -109,7 +110,7 @@ def test_cpu_defaults_replace_gpu_defaults_only_on_cpu():
 
 def test_cpu_defaults_are_logged_old_to_new_on_cpu(caplog):
     config = _compose("cpu_smoke", ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
-    with caplog.at_level("WARNING", logger="agentrl_ext.trainer.main"):
+    with caplog.at_level("WARNING", logger="agentrl_ext.platform.cpu_defaults"):
         changes = apply_cpu_defaults(config)
     assert any(c.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size: 2 -> 1") for c in changes)
     assert any(c.startswith("ray_kwargs.ray_init.num_cpus: None -> ") for c in changes)
