@@ -12,8 +12,7 @@ processes, and the load generator (this process, closed-loop aiohttp clients). M
 
 Usage (bounded: about a minute with the defaults)::
 
-    PYTHONPATH=. python bench/controller_load.py                # prints a table
-    PYTHONPATH=. python bench/controller_load.py --out runs/bench/controller_load.json
+    .venv/bin/python bench/controller_load.py     # prints a table, writes bench/results/controller_load.json
 """
 
 from __future__ import annotations
@@ -23,9 +22,8 @@ import asyncio
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,8 +31,8 @@ from typing import Any
 
 import aiohttp
 
-REPO = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"
+from agentrl_ext.testing.env_servers import ECHO_TASK, REPO, EnvServers
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ECHO_STEP = [
     {
@@ -45,12 +43,6 @@ ECHO_STEP = [
         ],
     }
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -101,81 +93,35 @@ class Report:
 
 
 class Stack:
-    """Controller and worker processes on free loopback ports."""
+    """Controller and echo worker processes on free loopback ports (the shared launcher)."""
 
-    def __init__(self, workers: int, worker_concurrency: int) -> None:
-        self.controller_port = free_port()
-        self.worker_ports = [free_port() for _ in range(workers)]
+    def __init__(self, workers: int, worker_concurrency: int, log_dir: Path) -> None:
+        self.servers = EnvServers(log_dir)
+        self.workers = workers
         self.worker_concurrency = worker_concurrency
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    @property
-    def controller(self) -> str:
-        return f"http://{HOST}:{self.controller_port}/api"
+        self.worker_apis: list[str] = []
+        self.controller = ""
+        self.controller_pid = 0
 
     def worker(self, i: int) -> str:
-        return f"http://{HOST}:{self.worker_ports[i]}/api"
+        return self.worker_apis[i]
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        py = sys.executable
-        self.procs.append(
-            subprocess.Popen(
-                [
-                    py,
-                    "-m",
-                    "agentrl_ext.env.controller",
-                    "--host",
-                    HOST,
-                    "--port",
-                    str(self.controller_port),
-                    "--idle-timeout",
-                    "3600",
-                    "--log-level",
-                    "warning",
-                ],
-                env=env,
+        controller = self.servers.controller(idle_timeout=3600, log_level="warning")
+        self.controller, self.controller_pid = controller.api, controller.pid
+        for _ in range(self.workers):
+            worker = self.servers.worker(
+                controller,
+                ECHO_TASK,
+                task_kwargs={"max_turns": 10**9},
+                concurrency=self.worker_concurrency,
+                heartbeat_interval=1.0,
+                log_level="warning",
             )
-        )
-        for port in self.worker_ports:
-            self.procs.append(
-                subprocess.Popen(
-                    [
-                        py,
-                        "-m",
-                        "agentrl_ext.env.worker",
-                        "envs.echo.task:EchoTask",
-                        "--task-kwargs",
-                        json.dumps({"max_turns": 10**9}),
-                        "--controller",
-                        self.controller,
-                        "--host",
-                        HOST,
-                        "--port",
-                        str(port),
-                        "--concurrency",
-                        str(self.worker_concurrency),
-                        "--heartbeat-interval",
-                        "1",
-                        "--log-level",
-                        "warning",
-                    ],
-                    env=env,
-                )
-            )
-
-    @property
-    def controller_pid(self) -> int:
-        return self.procs[0].pid
+            self.worker_apis.append(worker.api)
 
     def stop(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        self.servers.stop_all()
 
 
 class Load:
@@ -194,7 +140,7 @@ class Load:
             try:
                 async with self.http.get(self.stack.controller + "/list_workers") as r:
                     workers = (await r.json()).get("echo", [])
-                    if len(workers) == len(self.stack.worker_ports) and all(w["routable"] for w in workers):
+                    if len(workers) == self.stack.workers and all(w["routable"] for w in workers):
                         return
             except aiohttp.ClientError:
                 pass
@@ -263,7 +209,7 @@ class Load:
         return sessions
 
     async def closed_loop(self, direct: bool, concurrency: int, seconds: float, held: int) -> Phase:
-        workers = len(self.stack.worker_ports)
+        workers = self.stack.workers
         held_sessions = await self.open_many(held, 0 if direct else None)
         sessions = [await self.start((i % workers) if direct else None) for i in range(concurrency)]
         latencies: list[float] = []
@@ -309,7 +255,7 @@ class Load:
 
     async def open_loop(self, direct: bool, sessions: int, rate: float, seconds: float) -> Phase:
         """Fixed offered load: ``sessions`` open sessions, each stepping every ``sessions/rate`` s."""
-        workers = len(self.stack.worker_ports)
+        workers = self.stack.workers
         opened: list[tuple[str, int]] = []
         for w in range(workers if direct else 1):
             share = sessions // workers if direct else sessions
@@ -395,8 +341,8 @@ class Load:
         return held, rss, percentile(probes, 0.5) * 1e3
 
 
-async def run(args: argparse.Namespace) -> Report:
-    stack = Stack(args.workers, args.worker_concurrency)
+async def run(args: argparse.Namespace, log_dir: Path) -> Report:
+    stack = Stack(args.workers, args.worker_concurrency, log_dir)
     report = Report(
         machine={
             "cpus": os.cpu_count(),
@@ -405,9 +351,9 @@ async def run(args: argparse.Namespace) -> Report:
         },
         settings=vars(args).copy(),
     )
-    stack.start()
     load = Load(stack)
     try:
+        stack.start()
         await load.wait_ready()
         report.controller_rss_mb_idle = round(rss_mb(stack.controller_pid), 1)
         for concurrency in args.concurrency:
@@ -508,12 +454,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--hold-seconds", type=float, default=60.0, help="time limit for opening them")
     parser.add_argument(
-        "--out", type=Path, default=REPO / "runs" / "bench" / "controller_load.json", help="JSON output"
+        "--out", type=Path, default=REPO / "bench" / "results" / "controller_load.json", help="JSON output"
     )
     args = parser.parse_args(argv)
     if args.max_sessions > args.workers * args.worker_concurrency:
         parser.error("--max-sessions exceeds --workers x --worker-concurrency")
-    report = asyncio.run(run(args))
+    with tempfile.TemporaryDirectory(prefix="controller-load-") as log_dir:
+        report = asyncio.run(run(args, Path(log_dir)))
     print_table(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = asdict(report)

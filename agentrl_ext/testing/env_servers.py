@@ -75,7 +75,8 @@ def subprocess_env(python_path: Sequence[str | Path] = ()) -> dict[str, str]:
 class ServerProcess:
     """A controller or worker process listening on ``127.0.0.1:port``.
 
-    ``python_path`` entries come first on the process's ``PYTHONPATH`` (then the repository).
+    ``python_path`` entries come first on the process's ``PYTHONPATH`` (then the repository);
+    ``cwd`` is the working directory (default: the repository).
     """
 
     name: str
@@ -83,6 +84,7 @@ class ServerProcess:
     port: int
     log_path: Path
     python_path: tuple[str, ...] = ()
+    cwd: Path = REPO
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -106,7 +108,7 @@ class ServerProcess:
         env = subprocess_env(self.python_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd)
         return self
 
     def wait_ready(self, timeout_s: float = 30.0) -> ServerProcess:
@@ -197,10 +199,12 @@ class EnvServers:
         port: int,
         python_path: Sequence[str | Path] = (),
         ready_timeout_s: float = 30.0,
+        cwd: str | Path = REPO,
     ) -> ServerProcess:
         """Start ``argv`` (a server that will listen on ``port``) and wait until it answers HTTP."""
         paths = tuple(str(p) for p in (*python_path, *self.python_path))
-        server = ServerProcess(name, argv, port, Path(self.log_dir) / f"{name}-{port}.log", paths)
+        log_path = Path(self.log_dir) / f"{name}-{port}.log"
+        server = ServerProcess(name, argv, port, log_path, paths, Path(cwd))
         self.started.append(server)
         self.by_name[name] = server
         return server.start().wait_ready(ready_timeout_s)
@@ -231,7 +235,10 @@ class EnvServers:
         _option(argv, "--worker-timeout", worker_timeout)
         _option(argv, "--rejoin-grace", rejoin_grace)
         argv += ["--log-level", log_level]
-        return self.launch(name, argv, port, python_path=[code_dir] if code_dir else ())
+        if code_dir is None:
+            return self.launch(name, argv, port)
+        # ``python -m`` puts the working directory first on sys.path: run from the other copy.
+        return self.launch(name, argv, port, python_path=[code_dir], cwd=code_dir)
 
     def worker(
         self,
