@@ -4,7 +4,10 @@ One :class:`ControllerClient` holds a pool of keep-alive connections; share it b
 episodes of a process. Transport failures are retried with exponential backoff, but only where a
 retry cannot apply an agent step twice: ``interact`` is retried only when the connection could not
 be opened (the request never reached the controller), ``start_sample`` also on 503 (no free
-worker yet), ``cancel`` and the read-only calls on any transport error.
+worker yet, or a controller that just restarted and waits for its workers to re-register),
+``cancel`` and the read-only calls on any transport error (``get_indices`` and
+``calculate_overall`` also on 503). A 503's ``Retry-After`` is honoured (up to
+``RetryPolicy.max_retry_after_s``).
 """
 
 from __future__ import annotations
@@ -28,9 +31,16 @@ from agentrl_ext.env.protocol import (
     SessionInfo,
     TaskOutput,
     WorkerInfo,
+    error_detail,
 )
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 180.0
+"""Default longest wait for one controller call. Longer than the controller's own bounds on a
+forwarded call (``worker_request_timeout_s`` = 120 s; a lost worker: ``heartbeat_timeout_s`` +
+``check_interval_s`` = 26 s), so the controller's ``task error`` answer, with its reason, comes
+first; short enough that a hung controller does not stall a rollout for long."""
 
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 
@@ -55,17 +65,29 @@ class RetryPolicy:
     max_attempts: int = 5
     initial_backoff_s: float = 0.2
     max_backoff_s: float = 5.0
+    max_retry_after_s: float = 30.0
+    """Longest wait a server's ``Retry-After`` may ask for (longer requests are cut to this)."""
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1 or self.initial_backoff_s < 0 or self.max_backoff_s < self.initial_backoff_s:
+        if (
+            self.max_attempts < 1
+            or self.initial_backoff_s < 0
+            or self.max_backoff_s < self.initial_backoff_s
+            or self.max_retry_after_s < 0
+        ):
             raise ValueError(
-                f"RetryPolicy needs max_attempts >= 1 and 0 <= initial_backoff_s <= max_backoff_s, got {self}"
+                "RetryPolicy needs max_attempts >= 1, 0 <= initial_backoff_s <= max_backoff_s and "
+                f"max_retry_after_s >= 0, got {self}"
             )
 
-    def backoff(self, attempt: int) -> float:
-        """Seconds to wait before retry number ``attempt`` (1-based)."""
+    def backoff(self, attempt: int, retry_after_s: float | None = None) -> float:
+        """Seconds to wait before retry number ``attempt`` (1-based); at least ``retry_after_s``
+        (a server's ``Retry-After``, capped at ``max_retry_after_s``) when given."""
         base = min(self.max_backoff_s, self.initial_backoff_s * 2 ** (attempt - 1))
-        return base * (0.5 + random.random() / 2)
+        wait = base * (0.5 + random.random() / 2)
+        if retry_after_s is not None:
+            wait = max(wait, min(retry_after_s, self.max_retry_after_s))
+        return wait
 
 
 @dataclass(frozen=True)
@@ -86,7 +108,7 @@ class ControllerClient:
         self,
         base_url: str,
         retry: RetryPolicy | None = None,
-        timeout_s: float = 900.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float = 10.0,
         max_connections: int = 1024,
     ) -> None:
@@ -113,6 +135,17 @@ class ControllerClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def close_now(self) -> None:
+        """Close without an event loop (e.g. at exit, after the loop has closed): drop the
+        session and close its connections' transports."""
+        session, self._session = self._session, None
+        if session is None or session.closed:
+            return
+        connector = session.connector
+        session.detach()
+        if connector is not None:
+            connector.close()  # closes the transports now; nothing left to await
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -141,9 +174,11 @@ class ControllerClient:
             headers[SESSION_ID_HEADER] = str(session_id)
         data = pydantic_core.to_json(body) if body is not None else None
         last_error: Exception | None = None
+        retry_after: float | None = None
         for attempt in range(1, self.retry.max_attempts + 1):
             if attempt > 1:
-                await asyncio.sleep(self.retry.backoff(attempt - 1))
+                await asyncio.sleep(self.retry.backoff(attempt - 1, retry_after))
+            retry_after = None
             try:
                 async with self._http().request(
                     method, url, data=data, headers=headers, params=params
@@ -151,10 +186,11 @@ class ControllerClient:
                     payload = await response.read()
                     if response.status == 200:
                         return payload, dict(response.headers)
-                    detail = _detail(payload)
+                    detail = error_detail(payload)
                     if response.status in retry_statuses and attempt < self.retry.max_attempts:
                         logger.info("%s %s: HTTP %d (%s); retrying", method, path, response.status, detail)
                         last_error = ControllerError(method, url, response.status, detail)
+                        retry_after = _seconds(response.headers.get("retry-after"))
                         continue
                     raise ControllerError(method, url, response.status, detail)
             except aiohttp.ClientConnectorError as exc:
@@ -207,7 +243,9 @@ class ControllerClient:
 
     async def get_indices(self, name: str) -> list[SampleIndex]:
         """Sample indices of task ``name``."""
-        payload, _ = await self._call("GET", "/get_indices", params={"name": name}, retry_sent=True)
+        payload, _ = await self._call(
+            "GET", "/get_indices", params={"name": name}, retry_sent=True, retry_statuses=(503,)
+        )
         return list(pydantic_core.from_json(payload))
 
     async def list_workers(self) -> dict[str, list[WorkerInfo]]:
@@ -230,18 +268,17 @@ class ControllerClient:
             "/calculate_overall",
             body={"name": name, "results": [r.model_dump(mode="json") for r in results]},
             retry_sent=True,
+            retry_statuses=(503,),
         )
         return pydantic_core.from_json(payload)
 
 
-def _detail(payload: bytes) -> str:
+def _seconds(retry_after: str | None) -> float | None:
+    """A ``Retry-After`` given in seconds (the controller's form), else None."""
     try:
-        parsed = pydantic_core.from_json(payload)
+        return max(0.0, float(retry_after)) if retry_after is not None else None
     except ValueError:
-        return payload[:300].decode("utf-8", "replace")
-    if isinstance(parsed, dict) and "detail" in parsed:
-        return str(parsed["detail"])
-    return str(parsed)[:300]
+        return None
 
 
 def _parse(model: type[ModelT], payload: bytes, what: str) -> ModelT:

@@ -33,15 +33,38 @@ Message and tool objects are OpenAI chat-completion dictionaries; they are valid
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import pydantic_core
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-SampleIndex = int | str
-"""A task sample index: AgentRL tasks use ints or strings; ``-1`` means a custom task."""
 
+def _not_a_bool(value: Any) -> Any:
+    # JSON true/false would otherwise pass as the ints 1/0 and silently name another sample.
+    if isinstance(value, bool):
+        raise ValueError(f"a sample index is an integer or a string, not the boolean {value!r}")
+    return value
+
+
+SampleIndex = Annotated[int | str, BeforeValidator(_not_a_bool)]
+"""A task sample index: AgentRL tasks use ints or strings (never booleans); ``-1`` means a custom task."""
+
+API_PREFIX = "/api"
+"""Every endpoint of the controller and of a task worker lives under this path."""
 CUSTOM_TASK_INDEX = -1
 SESSION_ID_HEADER = "session_id"
+
+
+def error_detail(body: bytes, limit: int = 300) -> str:
+    """The reason in an error answer: ``detail`` of a ``{"detail": ...}`` body (ours, FastAPI's,
+    agentrl-worker's), else the start of the body as text."""
+    try:
+        parsed = pydantic_core.from_json(body)
+    except ValueError:
+        return body[:limit].decode("utf-8", "replace")
+    if isinstance(parsed, dict) and "detail" in parsed:
+        return str(parsed["detail"])
+    return str(parsed)[:limit]
 
 
 class SampleStatus(str, Enum):

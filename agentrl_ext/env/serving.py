@@ -1,8 +1,8 @@
-"""Running our ASGI apps on uvicorn with the fastest available event loop and HTTP parser."""
+"""Running our ASGI apps (see :mod:`agentrl_ext.env.web`) on uvicorn with the fastest event loop
+and HTTP parser available."""
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import logging
 from typing import Any
@@ -48,20 +48,6 @@ def uvicorn_config(app: Any, host: str, port: int, log_level: str = "info") -> u
     )
 
 
-async def freeze_startup_objects() -> None:
-    """Move everything alive after start-up (modules, classes, app state) out of the GC's reach.
-
-    A full collection walks every tracked object; the ~50k objects of the imported libraries
-    alone cost ~7 ms per walk, a pause every request in flight would pay. Frozen objects are
-    never walked; they are never freed either, which is right for what exists at start-up.
-    """
-    gc.collect()
-    gc.freeze()
-
-
 def serve(app: Any, host: str, port: int, log_level: str = "info") -> None:
     """Serve ``app`` until interrupted (SIGINT/SIGTERM shut it down gracefully)."""
-    hooks = getattr(app, "on_startup", None)
-    if isinstance(hooks, list):
-        hooks.append(freeze_startup_objects)
     uvicorn.Server(uvicorn_config(app, host, port, log_level)).run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from aiohttp import web
 from env_helpers import PROBE_TASK, tool_step
 
 from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable, RetryPolicy
@@ -60,3 +61,38 @@ async def test_start_sample_waits_for_capacity_with_backoff(servers: EnvServers)
         with pytest.raises(ControllerError) as full:
             await client.start_sample("probe", "forever")
         assert full.value.status == 503
+
+
+async def test_503_retry_after_is_honoured():
+    """A controller that is busy for 0.8 s and says so: the client waits as told instead of giving up."""
+    first_call: list[float] = []
+
+    async def start_sample(request: web.Request) -> web.Response:
+        now = asyncio.get_running_loop().time()
+        first_call.append(now)
+        if now - first_call[0] < 0.8:
+            return web.json_response(
+                {"detail": "workers re-register"}, status=503, headers={"Retry-After": "1"}
+            )
+        return web.json_response({"messages": []}, headers={"session_id": "7"})
+
+    app = web.Application()
+    app.router.add_post("/api/start_sample", start_sample)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, LOOPBACK, port).start()
+    try:
+        quick = RetryPolicy(max_attempts=2, initial_backoff_s=0.01, max_backoff_s=0.01)
+        async with ControllerClient(f"http://{LOOPBACK}:{port}/api", retry=quick) as client:
+            started = await client.start_sample("echo", 0)
+        assert started.session_id == 7 and len(first_call) == 2
+    finally:
+        await runner.cleanup()
+
+
+def test_retry_after_is_capped_by_the_policy():
+    policy = RetryPolicy(initial_backoff_s=0.0, max_backoff_s=0.0, max_retry_after_s=2.0)
+    assert policy.backoff(1) == 0.0
+    assert policy.backoff(1, retry_after_s=1.5) == 1.5
+    assert policy.backoff(1, retry_after_s=3600) == 2.0

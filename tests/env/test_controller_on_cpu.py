@@ -40,8 +40,11 @@ def metric_value(controller: ServerProcess, name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def stack(module_servers: EnvServers) -> tuple[ServerProcess, ServerProcess]:
-    """One controller with one probe worker, shared by the tests that do not disturb them."""
-    controller = module_servers.controller()
+    """One controller with one probe worker, shared by the tests that do not disturb them.
+
+    No rejoin grace: an unknown task is answered 404 at once (the grace has its own test).
+    """
+    controller = module_servers.controller(rejoin_grace=0)
     worker = module_servers.worker(controller, PROBE_TASK, concurrency=32)
     wait_routable(controller, "probe")
     return controller, worker

@@ -7,7 +7,15 @@ import pytest
 from env_helpers import raw_tool_step, text_step, tool_step
 
 from agentrl_ext.env.controller.config import ControllerConfig
-from agentrl_ext.env.protocol import EnvOutput, InteractRequest, SampleStatus, StartSampleRequest
+from agentrl_ext.env.protocol import (
+    EnvOutput,
+    HeartbeatRequest,
+    InteractRequest,
+    SampleStatus,
+    StartSampleRequest,
+    WorkerStartSampleRequest,
+    error_detail,
+)
 from agentrl_ext.env.providers.base import ResourceSpec, truncate_output
 from agentrl_ext.env.worker import Task, function_tool, parse_action
 
@@ -56,6 +64,36 @@ def test_start_sample_request_accepts_int_and_str_indices():
     assert StartSampleRequest(name="t", index="a-1").index == "a-1"
     with pytest.raises(pydantic.ValidationError):
         StartSampleRequest.model_validate({"name": "t", "index": [1]})
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"name": "t", "index": true}',
+        '{"name": "t", "index": false}',
+    ],
+)
+def test_boolean_is_not_a_sample_index(body):
+    with pytest.raises(pydantic.ValidationError, match="not the boolean"):
+        StartSampleRequest.model_validate_json(body)
+    with pytest.raises(pydantic.ValidationError, match="not the boolean"):
+        WorkerStartSampleRequest.model_validate_json(body.replace('"name": "t"', '"session_id": 1'))
+    with pytest.raises(pydantic.ValidationError, match="not the boolean"):
+        HeartbeatRequest.model_validate({"name": "t", "concurrency": 1, "indices": [0, True]})
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b'{"detail": "no such session 3"}', "no such session 3"),
+        (b'{"error": "x"}', "{'error': 'x'}"),
+        (b"<html>502 Bad Gateway</html>", "<html>502 Bad Gateway</html>"),
+        (b"\xff" * 400, "\ufffd" * 300),
+    ],
+    ids=["detail", "other-json", "text", "bytes"],
+)
+def test_error_detail_reads_every_error_shape(body, detail):
+    assert error_detail(body) == detail
 
 
 def test_valid_tool_call_is_parsed():
@@ -120,3 +158,6 @@ def test_resource_spec_allows_no_bridge_network(network):
 def test_controller_config_names_the_bad_value():
     with pytest.raises(ValueError, match="idle_timeout_s"):
         ControllerConfig(idle_timeout_s=0)
+    with pytest.raises(ValueError, match="rejoin_grace_s"):
+        ControllerConfig(rejoin_grace_s=-1)
+    assert ControllerConfig(rejoin_grace_s=0).rejoin_grace_s == 0

@@ -13,12 +13,13 @@ import logging
 import time
 
 import pydantic_core
+from starlette.applications import Starlette
 
-from agentrl_ext.env.asgi import HttpError, JsonApp, Request, Response, json_response
 from agentrl_ext.env.controller.config import ControllerConfig
-from agentrl_ext.env.controller.metrics import CONTENT_TYPE_LATEST
+from agentrl_ext.env.controller.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from agentrl_ext.env.controller.service import ControllerService
 from agentrl_ext.env.protocol import (
+    API_PREFIX,
     SESSION_ID_HEADER,
     CalculateOverallRequest,
     HeartbeatRequest,
@@ -26,26 +27,24 @@ from agentrl_ext.env.protocol import (
     StartSampleRequest,
 )
 from agentrl_ext.env.serving import serve
+from agentrl_ext.env.web import HttpError, Request, Response, json_app, json_response, parse_json, read_body
 
 logger = logging.getLogger(__name__)
 
-API = "/api"
-_SESSION_HEADER = SESSION_ID_HEADER.encode()
 
-
-def session_id_of(request: Request) -> int:
+def session_id_of(request: Request, body: bytes) -> int:
     """The session id from the ``session_id`` header (or, for older clients, the JSON body)."""
-    raw: object = request.header(_SESSION_HEADER)
-    if raw is None and request.body:
+    raw: object = request.headers.get(SESSION_ID_HEADER)
+    if raw is None and body:
         try:
-            body = pydantic_core.from_json(request.body)
+            parsed = pydantic_core.from_json(body)
         except ValueError:
-            body = None
-        raw = body.get("session_id") if isinstance(body, dict) else None
+            parsed = None
+        raw = parsed.get("session_id") if isinstance(parsed, dict) else None
     if raw is None:
         raise HttpError(
             400,
-            f"{request.path} needs a 'session_id' header (start_sample returns it in its 'session_id' header)",
+            f"{request.url.path} needs a 'session_id' header (start_sample returns it in its 'session_id' header)",
         )
     try:
         if isinstance(raw, bool):
@@ -55,22 +54,9 @@ def session_id_of(request: Request) -> int:
         raise HttpError(400, f"session_id must be an integer, got {raw!r}") from None
 
 
-class ControllerApp(JsonApp):
-    """The controller's ASGI app; ``service`` holds its state (handy for embedding)."""
-
-    def __init__(self, service: ControllerService) -> None:
-        super().__init__("agentrl-controller")
-        self.service = service
-        self.on_startup.append(service.start)
-        self.on_shutdown.append(service.stop)
-
-
-def create_app(
-    config: ControllerConfig | None = None, service: ControllerService | None = None
-) -> ControllerApp:
-    """Build the controller's ASGI app around a :class:`ControllerService`."""
+def create_app(config: ControllerConfig | None = None, service: ControllerService | None = None) -> Starlette:
+    """Build the controller's ASGI app around a :class:`ControllerService` (``app.state.service``)."""
     svc = service or ControllerService(config)
-    app = ControllerApp(svc)
 
     def counted(endpoint: str, error: HttpError) -> HttpError:
         if 400 <= error.status < 500:
@@ -79,50 +65,55 @@ def create_app(
 
     async def start_sample(request: Request) -> Response:
         try:
-            body = request.parse(StartSampleRequest, "start_sample")
+            body = parse_json(await read_body(request), StartSampleRequest, "start_sample")
             session_id, answer = await svc.start_sample(body)
         except HttpError as exc:
             raise counted("start_sample", exc) from None
-        return json_response(answer, headers=[(_SESSION_HEADER, str(session_id).encode())])
+        return json_response(answer, headers={SESSION_ID_HEADER: str(session_id)})
 
     async def interact(request: Request) -> Response:
         try:
-            session_id = session_id_of(request)
-            answer = await svc.interact(session_id, request.parse(InteractRequest, "interact"))
+            body = await read_body(request)
+            session_id = session_id_of(request, body)
+            answer = await svc.interact(session_id, parse_json(body, InteractRequest, "interact"))
         except HttpError as exc:
             raise counted("interact", exc) from None
         return json_response(answer)
 
     async def cancel(request: Request) -> Response:
         try:
-            answer = await svc.cancel(session_id_of(request))
+            body = b"" if SESSION_ID_HEADER in request.headers else await read_body(request)
+            answer = await svc.cancel(session_id_of(request, body))
         except HttpError as exc:
             raise counted("cancel", exc) from None
         return json_response(answer)
 
     async def get_indices(request: Request) -> Response:
-        name = request.query("name")
-        if not name:
-            raise counted("get_indices", HttpError(400, "get_indices needs ?name=<task name>"))
-        return json_response(svc.get_indices(name))
+        name = request.query_params.get("name")
+        try:
+            if not name:
+                raise HttpError(400, "get_indices needs ?name=<task name>")
+            return json_response(svc.get_indices(name))
+        except HttpError as exc:
+            raise counted("get_indices", exc) from None
 
     async def list_workers(request: Request) -> Response:
         return json_response(svc.list_workers())
 
     async def list_sessions(request: Request) -> Response:
-        return json_response(svc.list_sessions(request.query("name")))
+        return json_response(svc.list_sessions(request.query_params.get("name")))
 
     async def calculate_overall(request: Request) -> Response:
-        body = request.parse(CalculateOverallRequest, "calculate_overall")
+        raw = await read_body(request)
+        body = parse_json(raw, CalculateOverallRequest, "calculate_overall")
         if not body.name:
             raise HttpError(422, "calculate_overall needs the task 'name' in its body")
-        status, answer = await svc.calculate_overall(body.name, request.body)
-        return Response(status, answer)
+        status, answer = await svc.calculate_overall(body.name, raw)
+        return Response(answer, status, media_type="application/json")
 
     async def receive_heartbeat(request: Request) -> Response:
-        return json_response(
-            await svc.receive_heartbeat(request.parse(HeartbeatRequest, "receive_heartbeat"))
-        )
+        beat = parse_json(await read_body(request), HeartbeatRequest, "receive_heartbeat")
+        return json_response(await svc.receive_heartbeat(beat))
 
     async def cancel_notice(request: Request) -> Response:
         # agentrl-worker's cancel_with_notice reports finished cancellations here; our controller
@@ -140,9 +131,9 @@ def create_app(
         )
 
     async def metrics(request: Request) -> Response:
-        return Response(200, svc.metrics.render(), [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+        return Response(svc.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
-    for method, path, handler in (
+    routes = [
         ("POST", "/start_sample", start_sample),
         ("POST", "/interact", interact),
         ("POST", "/cancel", cancel),
@@ -153,9 +144,15 @@ def create_app(
         ("POST", "/receive_heartbeat", receive_heartbeat),
         ("POST", "/cancel_notice", cancel_notice),
         ("GET", "/health", health),
-    ):
-        app.route(method, API + path, handler)
-    app.route("GET", "/metrics", metrics)
+    ]
+    app = json_app(
+        "agentrl-controller",
+        [(method, API_PREFIX + path, handler) for method, path, handler in routes]
+        + [("GET", "/metrics", metrics)],
+        on_startup=[svc.start],
+        on_shutdown=[svc.stop],
+    )
+    app.state.service = svc
     return app
 
 
@@ -191,6 +188,12 @@ def main(argv: list[str] | None = None) -> None:
         default=defaults.worker_request_timeout_s,
         help="longest wait for a worker's answer, seconds",
     )
+    parser.add_argument(
+        "--rejoin-grace",
+        type=float,
+        default=defaults.rejoin_grace_s,
+        help="seconds after start during which a task without workers gets 503 + Retry-After, not 404",
+    )
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -202,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
             heartbeat_timeout_s=args.heartbeat_timeout,
             check_interval_s=args.check_interval,
             worker_request_timeout_s=args.worker_timeout,
+            rejoin_grace_s=args.rejoin_grace,
         )
     except ValueError as exc:
         parser.error(str(exc))

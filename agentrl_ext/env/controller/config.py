@@ -10,18 +10,27 @@ class ControllerConfig:
     """Timeouts and limits of the centralized controller.
 
     Defaults follow AgentRL: workers send a heartbeat every 8 s, so a worker silent for
-    ``heartbeat_timeout_s`` (about three missed beats) is unhealthy; idle sessions expire after
+    ``heartbeat_timeout_s`` (about three missed beats) is lost; idle sessions expire after
     ``idle_timeout_s`` (600 s).
+
+    How long a client may wait: a call forwarded to a worker ends after at most
+    ``worker_request_timeout_s`` (the session then ends with ``task error`` and the reason), and
+    at once when the worker is declared lost, which happens within ``heartbeat_timeout_s +
+    check_interval_s`` of its last heartbeat. A client's own timeout should exceed both (see
+    :data:`agentrl_ext.env.client.DEFAULT_TIMEOUT_S`), so that the controller's answer, with its
+    reason, arrives first.
     """
 
     heartbeat_timeout_s: float = 25.0
-    """A worker whose last heartbeat is older than this becomes unhealthy; its sessions end."""
+    """A worker whose last heartbeat is older than this is lost: its sessions and the calls in
+    flight to it end with ``task error``."""
     idle_timeout_s: float = 600.0
     """An open session with no request for this long is cancelled on its worker."""
     check_interval_s: float = 1.0
     """How often worker health and session expiry are checked."""
-    worker_request_timeout_s: float = 600.0
-    """Longest wait for a worker's answer (an environment step may run a long command)."""
+    worker_request_timeout_s: float = 120.0
+    """Longest wait for a live worker's answer to one call (an environment step may run a long
+    command: AgentRL's OS task allows 30 s per command); then the session ends with ``task error``."""
     worker_connect_timeout_s: float = 5.0
     """Longest wait to open a connection to a worker."""
     full_backoff_s: float = 1.0
@@ -41,10 +50,16 @@ class ControllerConfig:
     never closes a connection the controller is about to reuse."""
     cancel_grace_s: float = 30.0
     """Longest wait for a worker to confirm a cancel before the controller gives up on it."""
+    rejoin_grace_s: float = 10.0
+    """For this long after start-up, a task without workers is answered 503 with ``Retry-After``
+    (not 404): after a controller restart its workers re-register with their next heartbeat
+    (every 8 s). 0 turns it off."""
 
     def __post_init__(self) -> None:
         for item in fields(self):
             value = getattr(self, item.name)
+            if item.name == "rejoin_grace_s" and isinstance(value, (int, float)) and value == 0:
+                continue
             if not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(
                     f"ControllerConfig.{item.name} must be a positive number, got {value!r}; "

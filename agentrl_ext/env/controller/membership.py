@@ -3,31 +3,19 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
-import pydantic_core
-
-from agentrl_ext.env.asgi import HttpError
 from agentrl_ext.env.controller.config import ControllerConfig
 from agentrl_ext.env.controller.metrics import ControllerMetrics
 from agentrl_ext.env.controller.registry import WorkerRecord, WorkerRegistry, normalize_address
 from agentrl_ext.env.controller.upstream import WorkerConnections, WorkerUnreachable
-from agentrl_ext.env.protocol import HeartbeatRequest, SampleIndex, WorkerInfo
+from agentrl_ext.env.protocol import HeartbeatRequest, SampleIndex, WorkerInfo, error_detail
+from agentrl_ext.env.web import HttpError
 
 logger = logging.getLogger(__name__)
-
-
-def worker_detail(body: bytes) -> str:
-    """The error text of a worker answer (FastAPI and ours use ``{"detail": ...}``)."""
-    try:
-        parsed = pydantic_core.from_json(body)
-        if isinstance(parsed, dict) and "detail" in parsed:
-            return str(parsed["detail"])
-    except ValueError:
-        pass
-    return body[:300].decode("utf-8", "replace")
 
 
 class WorkerMembership:
@@ -52,7 +40,9 @@ class WorkerMembership:
         self.upstream = upstream
         self.metrics = metrics
         self._end_sessions = end_sessions
-        self._joining: set[str] = set()
+        self._joining: dict[str, str] = {}  # address -> task, while cancel_all reclaims the worker
+        self.started = time.monotonic()
+        """When the controller started serving (the rejoin grace counts from here)."""
 
     async def receive_heartbeat(self, beat: HeartbeatRequest) -> dict[str, Any]:
         """Register or refresh a worker.
@@ -78,11 +68,11 @@ class WorkerMembership:
             return {"status": "joining"}
         if known is not None and known.name != beat.name:
             self.lost(known, f"its address now serves task {beat.name!r}")
-        self._joining.add(address)
+        self._joining[address] = beat.name
         try:
             await self._reclaim(address, beat.name)
         finally:
-            self._joining.discard(address)
+            del self._joining[address]
         record, _ = self.registry.heartbeat(beat, time.monotonic())
         record.routable = True
         logger.info("worker %s of task %r joined (concurrency %d)", address, beat.name, beat.concurrency)
@@ -104,17 +94,22 @@ class WorkerMembership:
             ) from None
         if status != 200:
             logger.warning(
-                "worker %s answered cancel_all with HTTP %d: %s", address, status, worker_detail(body)
+                "worker %s answered cancel_all with HTTP %d: %s", address, status, error_detail(body)
             )
 
     def lost(self, worker: WorkerRecord, reason: str) -> None:
-        """Mark a worker unhealthy and end its sessions with ``task error``."""
+        """Mark a worker unhealthy, end its sessions with ``task error`` and abort the calls in flight
+        to it (their clients get the same ``task error`` and reason now, not at a timeout)."""
         if not worker.healthy:
             return
         worker.healthy = False
         worker.routable = False
         logger.warning("worker %s of task %r is unhealthy: %s", worker.address, worker.name, reason)
-        self._end_sessions(worker, f"worker {worker.address} of task {worker.name!r} was lost: {reason}")
+        why = f"worker {worker.address} of task {worker.name!r} was lost: {reason}"
+        self._end_sessions(worker, why)
+        aborted = self.upstream.abort(worker.address, why)
+        if aborted:
+            logger.warning("aborted %d call(s) in flight to lost worker %s", aborted, worker.address)
         self.publish(worker.name)
 
     def publish(self, name: str) -> None:
@@ -133,14 +128,29 @@ class WorkerMembership:
         return grouped
 
     def known_task(self, name: str) -> list[WorkerRecord]:
+        """The workers of task ``name``; without any: 503 while workers may still (re)join, else 404."""
         workers = self.registry.workers_of(name)
-        if not workers:
-            tasks = self.registry.tasks()
-            known = (
-                ", ".join(repr(t) for t in tasks) if tasks else "none (no worker has sent a heartbeat yet)"
+        if workers:
+            return workers
+        if name in self._joining.values():
+            raise HttpError(
+                503,
+                f"the worker of task {name!r} is joining (the controller is reclaiming its old sessions); retry in a second",
+                {"retry-after": "1"},
             )
-            raise HttpError(404, f"no worker serves task {name!r}; tasks with workers: {known}")
-        return workers
+        waited = time.monotonic() - self.started
+        if waited < self.config.rejoin_grace_s:
+            left = math.ceil(self.config.rejoin_grace_s - waited)
+            raise HttpError(
+                503,
+                f"no worker serves task {name!r} yet: the controller started {waited:.1f}s ago and workers "
+                f"re-register with their next heartbeat (rejoin_grace_s={self.config.rejoin_grace_s:g}); "
+                f"retry in {left}s",
+                {"retry-after": str(left)},
+            )
+        tasks = self.registry.tasks()
+        known = ", ".join(repr(t) for t in tasks) if tasks else "none (no worker has sent a heartbeat yet)"
+        raise HttpError(404, f"no worker serves task {name!r}; tasks with workers: {known}")
 
     def get_indices(self, name: str) -> list[SampleIndex]:
         """The sample indices of task ``name`` (union over its workers, first-seen order)."""
@@ -158,7 +168,7 @@ class WorkerMembership:
             return HttpError(
                 503,
                 f"no healthy worker for task {name!r}: {len(workers)} registered, all missed their heartbeats",
-                [(b"retry-after", b"5")],
+                {"retry-after": "5"},
             )
         used = sum(len(w.sessions) for w in healthy)
         capacity = sum(w.concurrency for w in healthy)
@@ -166,7 +176,7 @@ class WorkerMembership:
             503,
             f"all {len(healthy)} workers of task {name!r} are at capacity ({used}/{capacity} sessions"
             f"{', some answered 406 (full)' if tried else ''}); retry later or add workers",
-            [(b"retry-after", b"1")],
+            {"retry-after": "1"},
         )
 
     def check(self, now: float) -> None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics import MetricWrapperBase
 
 from agentrl_ext.env.protocol import SampleStatus
 
-__all__ = ["CONTENT_TYPE_LATEST", "ControllerMetrics"]
+__all__ = ["CONTENT_TYPE", "ControllerMetrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The Prometheus text format, as :func:`generate_latest` writes it and every Prometheus version
+reads it (what prometheus_client itself answers a scraper that asks for nothing else)."""
 
 # Controller work is sub-millisecond; environment steps can take seconds.
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)

@@ -3,8 +3,13 @@
 State lives in memory only. A controller restart loses every open session and every worker
 registration: workers re-register with their next heartbeat (within 8 s for AgentRL workers),
 and the controller then sends them ``cancel_all`` to reclaim sessions orphaned by the restart;
-clients holding a session id from before the restart get 404 "unknown session" (ids keep growing
-across restarts, so an old id never names a new session) and start a new sample.
+until then (``rejoin_grace_s``) calls naming a task without workers get 503 with ``Retry-After``,
+which clients retry. Clients holding a session id from before the restart get 404 "unknown
+session" (ids keep growing across restarts, so an old id never names a new session) and start a
+new sample.
+
+Calls forwarded to a worker end when it answers, after ``worker_request_timeout_s``, or as soon
+as the worker is declared lost; the last two end the session with ``task error`` and the reason.
 """
 
 from __future__ import annotations
@@ -18,9 +23,8 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from agentrl_ext.env.asgi import HttpError
 from agentrl_ext.env.controller.config import ControllerConfig
-from agentrl_ext.env.controller.membership import WorkerMembership, worker_detail
+from agentrl_ext.env.controller.membership import WorkerMembership
 from agentrl_ext.env.controller.metrics import ControllerMetrics
 from agentrl_ext.env.controller.registry import WorkerRecord, WorkerRegistry
 from agentrl_ext.env.controller.sessions import EndedSession, OpenSession, SessionTable
@@ -38,7 +42,9 @@ from agentrl_ext.env.protocol import (
     StartSampleRequest,
     WorkerInfo,
     WorkerInteractResponse,
+    error_detail,
 )
+from agentrl_ext.env.web import HttpError
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +81,7 @@ class ControllerService:
 
     async def start(self) -> None:
         """Start the health/expiry loop (call from inside the server's event loop)."""
+        self.workers.started = time.monotonic()
         self._cancel_slots = asyncio.Semaphore(_MAX_PARALLEL_BACKGROUND_CANCELS)
         self._maintenance = asyncio.create_task(self._maintenance_loop())
 
@@ -180,8 +187,9 @@ class ControllerService:
                 self.workers.lost(worker, str(exc))
                 self.metrics.start_retry(request.name, "unreachable")
                 return None
+            # The worker may have started the sample: the session exists and ends at once.
             self._spawn(self._cancel_on_worker(worker, session_id))
-            raise HttpError(502, f"start_sample for task {request.name!r} failed: {exc}") from None
+            return session_id, self._failed_start(request, worker, session_id, str(exc))
         if status == 406:
             worker.sessions.discard(session_id)
             worker.full_until = time.monotonic() + self.config.full_backoff_s
@@ -192,9 +200,19 @@ class ControllerService:
             raise HttpError(
                 status if 400 <= status < 500 else 502,
                 f"worker {worker.address} refused start_sample for task {request.name!r} index "
-                f"{request.index!r}: HTTP {status}: {worker_detail(body)}",
+                f"{request.index!r}: HTTP {status}: {error_detail(body)}",
             )
         return session_id, self._opened(request, worker, session_id, body)
+
+    def _failed_start(
+        self, request: StartSampleRequest, worker: WorkerRecord, session_id: int, reason: str
+    ) -> InteractResponse:
+        """A session whose start never answered (worker lost, or no answer in time): ``task error``."""
+        now = time.monotonic()
+        self.sessions.add(OpenSession(session_id, request.name, request.index, worker, now, now))
+        self.metrics.session_started(request.name)
+        self._end(session_id, SampleStatus.TASK_ERROR, reason, reported=True, now=now)
+        return InteractResponse(finish=True, status=SampleStatus.TASK_ERROR, error=reason)
 
     def _opened(
         self, request: StartSampleRequest, worker: WorkerRecord, session_id: int, body: bytes
@@ -209,10 +227,8 @@ class ControllerService:
             ) from None
         now = time.monotonic()
         if not worker.healthy:  # declared lost while the sample was starting
-            worker.sessions.discard(session_id)
-            raise HttpError(
-                502, f"worker {worker.address} of task {request.name!r} was lost while starting the sample"
-            )
+            reason = f"worker {worker.address} of task {request.name!r} was lost while starting the sample"
+            return self._failed_start(request, worker, session_id, reason)
         self.sessions.add(OpenSession(session_id, request.name, request.index, worker, now, now))
         self.metrics.session_started(request.name)
         if answer.finish:
@@ -294,7 +310,7 @@ class ControllerService:
             if answer.finish:
                 self._end(session_id, answer.status, answer.error, reported=True, now=time.monotonic())
             return answer
-        detail = worker_detail(body)
+        detail = error_detail(body)
         if status == 404 or (status == 400 and "no such session" in detail.lower()):
             # The worker restarted (or expired the session itself): the session is gone.
             reason = f"worker {worker.address} no longer holds session {session_id}: {detail}"
@@ -333,8 +349,14 @@ class ControllerService:
             self.metrics.observe("cancel", time.perf_counter() - started, worker_s)
 
     async def _cancel_on_worker(self, worker: WorkerRecord, session_id: int) -> None:
-        """Best-effort ``cancel`` on the worker; failures are logged, never raised."""
+        """Best-effort ``cancel`` on the worker; failures are logged, never raised.
+
+        A lost worker is not called (it would hold a slot for ``cancel_grace_s``): it gets
+        ``cancel_all`` when it rejoins.
+        """
         assert self._cancel_slots is not None
+        if not worker.healthy:
+            return
         async with self._cancel_slots:
             try:
                 status, body = await self.upstream.request(
@@ -353,7 +375,7 @@ class ControllerService:
                 worker.address,
                 session_id,
                 status,
-                worker_detail(body),
+                error_detail(body),
             )
 
     def list_sessions(self, name: str | None) -> list[SessionInfo]:
@@ -375,7 +397,7 @@ class ControllerService:
         if status != 200:
             raise HttpError(
                 status if 400 <= status < 500 else 502,
-                f"worker {workers[0].address}: {worker_detail(answer)}",
+                f"worker {workers[0].address}: {error_detail(answer)}",
             )
         return status, answer
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import pydantic_core
+from starlette.applications import Starlette
 
-from agentrl_ext.env.asgi import HttpError, JsonApp, Request, Response, json_response
 from agentrl_ext.env.protocol import (
+    API_PREFIX,
     CUSTOM_TASK_INDEX,
     SESSION_ID_HEADER,
     CalculateOverallRequest,
@@ -31,12 +31,12 @@ from agentrl_ext.env.protocol import (
     WorkerStartSampleRequest,
     WorkerStatus,
 )
+from agentrl_ext.env.web import HttpError, Request, Response, json_app, json_response, parse_json, read_body
 from agentrl_ext.env.worker.actions import InvalidAction
 from agentrl_ext.env.worker.task import SampleResult, Session, Task, TurnOutput
 
 logger = logging.getLogger(__name__)
 
-API = "/api"
 _MAX_UNREPORTED = 10_000
 
 
@@ -239,9 +239,7 @@ class TaskWorker:
         running.task = asyncio.create_task(self._play(running, request.index, request.custom_task))
         self.running[request.session_id] = running
         out = await self._next_turn(running, turn)
-        return json_response(
-            _env_output(out), headers=[(SESSION_ID_HEADER.encode(), str(request.session_id).encode())]
-        )
+        return json_response(_env_output(out), headers={SESSION_ID_HEADER: str(request.session_id)})
 
     async def interact(self, request: WorkerInteractRequest) -> Response:
         """Give the agent's step to its session and answer with the environment's next turn."""
@@ -286,19 +284,18 @@ class TaskWorker:
 
     # ------------------------------------------------------------------ HTTP
 
-    def _build_app(self) -> JsonApp:
-        app = JsonApp(f"task worker {self.task.name!r}")
-        app.on_startup.append(self.startup)
-        app.on_shutdown.append(self.shutdown)
+    def _build_app(self) -> Starlette:
+        async def body(request: Request, model: Any, what: str) -> Any:
+            return parse_json(await read_body(request), model, what)
 
         async def start_sample(request: Request) -> Response:
-            return await self.start_sample(request.parse(WorkerStartSampleRequest, "start_sample"))
+            return await self.start_sample(await body(request, WorkerStartSampleRequest, "start_sample"))
 
         async def interact(request: Request) -> Response:
-            return await self.interact(request.parse(WorkerInteractRequest, "interact"))
+            return await self.interact(await body(request, WorkerInteractRequest, "interact"))
 
         async def cancel(request: Request) -> Response:
-            ref = request.parse(SessionRef, "cancel")
+            ref = await body(request, SessionRef, "cancel")
             if not await self.cancel(ref.session_id):
                 raise HttpError(404, f"no such session {ref.session_id} on this worker")
             return json_response({"session_id": ref.session_id})
@@ -312,7 +309,7 @@ class TaskWorker:
             return json_response(WorkerStatus(concurrency=self.concurrency, current=len(self.running)))
 
         async def sample_status(request: Request) -> Response:
-            ref = request.parse(SessionRef, "sample_status")
+            ref = await body(request, SessionRef, "sample_status")
             running = self.running.get(ref.session_id)
             if running is None:
                 raise HttpError(404, f"no such session {ref.session_id} on this worker")
@@ -335,10 +332,10 @@ class TaskWorker:
             return json_response(list(self.task.get_indices()))
 
         async def calculate_overall(request: Request) -> Response:
-            body = request.parse(CalculateOverallRequest, "calculate_overall")
-            return Response(200, pydantic_core.to_json(self.task.calculate_overall(body.results)))
+            overall = await body(request, CalculateOverallRequest, "calculate_overall")
+            return json_response(self.task.calculate_overall(overall.results))
 
-        for method, path, handler in (
+        routes = [
             ("POST", "/start_sample", start_sample),
             ("POST", "/interact", interact),
             ("POST", "/cancel", cancel),
@@ -348,6 +345,10 @@ class TaskWorker:
             ("GET", "/get_sessions", get_sessions),
             ("GET", "/get_indices", get_indices),
             ("POST", "/calculate_overall", calculate_overall),
-        ):
-            app.route(method, API + path, handler)
-        return app
+        ]
+        return json_app(
+            f"task worker {self.task.name!r}",
+            [(method, API_PREFIX + path, handler) for method, path, handler in routes],
+            on_startup=[self.startup],
+            on_shutdown=[self.shutdown],
+        )
