@@ -6,6 +6,11 @@ loops call on those servers (``generate(request_id, prompt_ids, sampling_params)
 returning a :class:`~verl.workers.rollout.replica.TokenOutput` with per-token
 log-probs), plus the weight-update, sleep/wake and abort methods the trainer calls.
 
+Concurrent requests are decoded together by a
+:class:`~agentrl_ext.platform.hf_decoding.ContinuousBatcher` (continuous batching with a shared,
+left-padded KV cache; per-token log-probs as exact as unbatched decoding). :class:`HFGenerator`
+is the plain single-sequence decoder, kept as the reference the batched one is tested against.
+
 Log-probs follow vLLM's ``processed_logprobs`` mode, which verl's trainer compares
 against: ``log_softmax(logits / temperature)`` of the sampled token, before top-k /
 top-p filtering.
@@ -16,10 +21,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from agentrl_ext.platform.hf_decoding import (
+    ContinuousBatcher,
+    SamplingSpec,
+    apply_repetition_penalty,
+    filter_logits,
+)
+
+__all__ = [
+    "HFGenerator",
+    "HFRolloutServer",
+    "SamplingSpec",
+    "eos_ids_of",
+    "filter_logits",
+    "load_causal_lm",
+    "torch_dtype",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -33,25 +54,6 @@ _DTYPES = {
 }
 
 
-@dataclass
-class SamplingSpec:
-    """Sampling parameters of one request, normalised from verl's dict."""
-
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    stop_token_ids: set[int] = field(default_factory=set)
-    stop: list[str] = field(default_factory=list)
-    ignore_eos: bool = False
-    seed: int | None = None
-    repetition_penalty: float = 1.0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
-
-
 def torch_dtype(name: str) -> torch.dtype:
     """Map verl's dtype strings to torch dtypes, naming the accepted values on error."""
     try:
@@ -62,25 +64,11 @@ def torch_dtype(name: str) -> torch.dtype:
         ) from None
 
 
-def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask logits outside top-k and the top-p nucleus with -inf (1-D logits)."""
-    if top_k is not None and 0 < top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, sorted_idx = torch.sort(logits, descending=True)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-        # keep the smallest prefix whose mass reaches top_p (always keep the first token)
-        remove = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p
-        sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(0, sorted_idx, sorted_logits)
-    return logits
-
-
 class HFGenerator:
-    """Single-sequence decoding with a KV cache on a transformers causal LM.
+    """Single-sequence decoding with a KV cache on a transformers causal LM, one request at a time.
 
-    Kept apart from the Ray actor so it can be unit-tested in-process.
+    The reference the batched decoder is tested against (same sampling rules, no padding); the
+    server itself decodes with :class:`~agentrl_ext.platform.hf_decoding.ContinuousBatcher`.
     """
 
     def __init__(self, model: torch.nn.Module, eos_token_ids: set[int], tokenizer: Any = None) -> None:
@@ -113,7 +101,7 @@ class HFGenerator:
             past = out.past_key_values
             logits = out.logits[0, -1].float()
             if spec.repetition_penalty != 1.0 and (prompt_ids or tokens):
-                logits = _apply_repetition_penalty(logits, prompt_ids + tokens, spec.repetition_penalty)
+                logits = apply_repetition_penalty(logits, prompt_ids + tokens, spec.repetition_penalty)
             scaled = logits if spec.greedy else logits / spec.temperature
             logp = torch.log_softmax(scaled, dim=-1)
             if spec.greedy:
@@ -131,14 +119,6 @@ class HFGenerator:
                     return tokens, log_probs, "completed"
             input_ids = torch.tensor([[token]], dtype=torch.long)
         return tokens, log_probs, "length"
-
-
-def _apply_repetition_penalty(logits: torch.Tensor, seen: list[int], penalty: float) -> torch.Tensor:
-    idx = torch.tensor(sorted(set(seen)), dtype=torch.long)
-    vals = logits[idx]
-    logits = logits.clone()
-    logits[idx] = torch.where(vals > 0, vals / penalty, vals * penalty)
-    return logits
 
 
 def load_causal_lm(path: str, dtype: torch.dtype, trust_remote_code: bool = False) -> torch.nn.Module:
@@ -165,7 +145,13 @@ def eos_ids_of(model: torch.nn.Module, tokenizer: Any) -> set[int]:
 
 
 class HFRolloutServer:
-    """Ray actor serving one HF model replica with verl's rollout-server interface."""
+    """Ray actor serving one HF model replica with verl's rollout-server interface.
+
+    Concurrent ``generate`` calls are decoded together (continuous batching). Knobs, with vLLM's
+    meaning: ``rollout.max_num_seqs`` is the most requests decoded in one batch (1 serves them one
+    at a time), ``rollout.max_num_batched_tokens`` the most padded prompt tokens prefilled in one
+    forward.
+    """
 
     def __init__(self, config: Any, model_config: Any, replica_rank: int = 0, **_: Any) -> None:
         from verl.utils.config import omega_conf_to_dataclass
@@ -178,12 +164,17 @@ class HFRolloutServer:
         path = model_config.local_path or model_config.path
         self.model = load_causal_lm(path, torch_dtype(self.config.dtype), model_config.trust_remote_code)
         tokenizer = getattr(model_config, "tokenizer", None)
-        self.generator = HFGenerator(self.model, eos_ids_of(self.model, tokenizer), tokenizer)
+        self.engine = ContinuousBatcher(
+            self.model,
+            eos_ids_of(self.model, tokenizer),
+            tokenizer,
+            max_batch_size=int(self.config.max_num_seqs),
+            max_prefill_tokens=int(self.config.max_num_batched_tokens),
+        )
         self.max_model_len = int(
             self.config.max_model_len or (self.config.prompt_length + self.config.response_length)
         )
         self.global_steps: int | None = None
-        self._abort = False
         self._running: set[str] = set()
         logger.info("HF rollout server %d loaded %s", replica_rank, path)
 
@@ -229,12 +220,14 @@ class HFRolloutServer:
         if image_data is not None or video_data is not None:
             raise ValueError("the HF rollout server is text-only; multimodal inputs need vLLM or SGLang")
         prompt_ids = [int(t) for t in prompt_ids]
+        if not prompt_ids:
+            raise ValueError(
+                f"request {request_id!r} has an empty prompt; the HF rollout needs at least one token"
+            )
         spec = self._sampling_spec(len(prompt_ids), dict(sampling_params))
         self._running.add(request_id)
         try:
-            tokens, log_probs, reason = await asyncio.to_thread(
-                self.generator.generate, prompt_ids, spec, lambda: self._abort
-            )
+            tokens, log_probs, reason = await self.engine.generate(prompt_ids, spec)
         finally:
             self._running.discard(request_id)
         return TokenOutput(
@@ -246,16 +239,23 @@ class HFRolloutServer:
 
     # -- weights ------------------------------------------------------------------
     async def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> None:
-        """Load a full (HF-named) state dict pushed by the trainer."""
+        """Load a full (HF-named) state dict pushed by the trainer.
+
+        The copy runs between two forwards (under the decoder's model lock); requests in flight go
+        on with the new weights, as on vLLM.
+        """
         own = self.model.state_dict()
         unknown = [k for k in state if k not in own]
         if unknown:
             raise KeyError(f"weight update names {unknown[:5]} are not parameters of the rollout model")
-        with torch.no_grad():
-            for name, tensor in state.items():
-                own[name].copy_(tensor.to(own[name].dtype))
+        await asyncio.to_thread(self._copy_weights, own, state)
         self.global_steps = global_steps
         logger.debug("replica %d: loaded %d tensors (step %s)", self.replica_rank, len(state), global_steps)
+
+    def _copy_weights(self, own: dict[str, torch.Tensor], state: dict[str, torch.Tensor]) -> None:
+        with self.engine.model_lock, torch.no_grad():
+            for name, tensor in state.items():
+                own[name].copy_(tensor.to(own[name].dtype))
 
     def export_state(self) -> dict[str, torch.Tensor]:
         """The served weights (CPU tensors), e.g. to snapshot them into another server."""
@@ -266,7 +266,7 @@ class HFRolloutServer:
 
     def state_dict_checksum(self) -> float:
         """Sum of all parameters: lets tests see that a weight update landed."""
-        return float(sum(p.double().sum() for p in self.model.parameters()))
+        return float(sum(p.detach().double().sum() for p in self.model.parameters()))
 
     # -- lifecycle methods verl calls on every rollout server -------------------------
     async def sleep(self) -> None:
@@ -289,13 +289,15 @@ class HFRolloutServer:
             await asyncio.sleep(0.01)
 
     async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
+        """Finish every request in flight with its partial output (stop reason ``aborted``) and
+        answer new ones the same way until :meth:`resume_generation`."""
         aborted = sorted(self._running)
-        self._abort = True
+        self.engine.abort()
         await self.wait_for_requests_to_drain()
         return {"aborted_count": len(aborted), "request_ids": aborted}
 
     async def resume_generation(self) -> None:
-        self._abort = False
+        self.engine.resume()
 
     async def start_profile(self, **_: Any) -> None:
         return None
