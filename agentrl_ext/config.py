@@ -30,6 +30,7 @@ class AssetsConfig:
 
     #: build the tiny offline model at ``actor_rollout_ref.model.path`` if that path does not exist
     build_tiny_model: bool = False
+    #: seed of the tiny model built there
     tiny_model_seed: int = 0
     #: build the toy letters dataset at ``data.train_files`` / ``data.val_files`` if missing
     build_toy_data: bool = False
@@ -83,6 +84,7 @@ class AgentLoopConfig:
 class CrossPolicyConfig:
     """``agentrl.cross_policy``: AgentRL's cross-policy sampling with a stale pool."""
 
+    #: cross-policy sampling: each generation call may go to a stale copy of the policy
     enable: bool = False
     #: probability that a generation call goes to the stale pool (AgentRL: 0.25)
     stale_ratio: float = 0.25
@@ -168,6 +170,33 @@ def agentrl_config(config: DictConfig) -> AgentRLConfig:
         hit = (config, AgentRLConfig.from_config(config.get("agentrl")))
         _typed[key] = hit
     return hit[1]
+
+
+def describe_keys(klass: type = AgentRLConfig, prefix: str = "agentrl") -> list[tuple[str, str, str]]:
+    """``(key, default, meaning)`` of every key, the meaning read from the ``#:`` comments above
+    each field (so the dataclasses stay the one source of truth, also for ``--help``)."""
+    import ast
+    import inspect
+    from dataclasses import MISSING, fields
+
+    source = inspect.getsource(klass)
+    lines = source.splitlines()
+    comments: dict[str, str] = {}
+    for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            doc, row = [], node.lineno - 2
+            while row >= 0 and lines[row].strip().startswith("#:"):
+                doc.insert(0, lines[row].strip()[2:].strip())
+                row -= 1
+            comments[node.target.id] = " ".join(doc)
+    out: list[tuple[str, str, str]] = []
+    for f in fields(klass):
+        key = f"{prefix}.{f.name}"
+        if f.default_factory is not MISSING:  # a nested group
+            out += describe_keys(f.default_factory, key)  # type: ignore[arg-type]
+        else:
+            out.append((key, repr(f.default) if f.default is not None else "null", comments.get(f.name, "")))
+    return out
 
 
 def register_config_group() -> None:

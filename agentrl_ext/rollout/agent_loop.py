@@ -24,6 +24,7 @@ loss (one masked token) and counted: ``extra_fields["agentrl"]`` has ``failed=Tr
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import time
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ ENV_FAILURE_STATUSES = {SampleStatus.TASK_ERROR, SampleStatus.UNKNOWN}
 #: ``TokenOutput.stop_reason`` of a generation the server aborted (vLLM/HF/TRT-LLM: "aborted", SGLang: "abort")
 ABORTED_STOP_REASONS = frozenset({"aborted", "abort"})
 
-_clients: dict[tuple[str, int], ControllerClient] = {}
+_clients: dict[tuple[str, int], tuple[asyncio.AbstractEventLoop, ControllerClient]] = {}
 
 
 def controller_client(config: AgentLoopConfig) -> ControllerClient:
@@ -65,14 +66,38 @@ def controller_client(config: AgentLoopConfig) -> ControllerClient:
             "agentrl.agent_loop.controller_url is not set; the agentrl agent loop talks to environments "
             "through a controller, e.g. agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api"
         )
-    key = (config.controller_url, id(asyncio.get_running_loop()))
+    loop = asyncio.get_running_loop()
+    key = (config.controller_url, id(loop))
     if key not in _clients:
-        _clients[key] = ControllerClient(
+        if not _clients:
+            atexit.register(close_controller_clients)
+        client = ControllerClient(
             config.controller_url,
             retry=RetryPolicy(max_attempts=config.env_attempts),
             timeout_s=config.env_timeout_s,
         )
-    return _clients[key]
+        _clients[key] = (loop, client)
+    return _clients[key][1]
+
+
+def close_controller_clients(timeout_s: float = 2.0) -> None:
+    """Close the pooled controller clients (registered with ``atexit``), each on its own event loop.
+
+    verl's agent-loop workers never tell an agent loop that they stop; without this, their
+    pooled HTTP sessions are collected unclosed at exit ("Unclosed client session").
+    """
+    while _clients:
+        _key, (loop, client) = _clients.popitem()
+        try:
+            if loop.is_closed():
+                client.close_now()
+            elif loop.is_running():
+                asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=timeout_s)
+            else:
+                loop.run_until_complete(client.close())
+        except Exception as exc:  # noqa: BLE001  (exiting: close what can be closed, never raise)
+            logger.debug("closing the controller client at exit: %s", exc)
+            client.close_now()
 
 
 class FailureKind(str, Enum):

@@ -252,8 +252,50 @@ def _hydra_main(config: DictConfig) -> None:
     run(config)
 
 
+HELP_FLAGS = ("--help", "-h")
+
+
+def help_text() -> str:
+    """``agentrl-train --help``: usage, the recipes, the ``agentrl.*`` keys and the CPU changes."""
+    from hydra import compose, initialize_config_module
+
+    from agentrl_ext.config import describe_keys
+    from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
+
+    out = [
+        "usage: agentrl-train --config-name RECIPE [key=value ...]",
+        "",
+        "Composes RECIPE on top of verl's ppo_trainer config, checks it, applies the CPU changes when",
+        "verl runs on the CPU platform, and runs verl's main_ppo. Overrides are Hydra's: key=value",
+        "(--cfg job prints the composed config, --hydra-help Hydra's own help).",
+        "",
+        f"recipes (in {recipes_dir()}):",
+    ]
+    for path in sorted(Path(recipes_dir()).glob("*.yaml")):
+        first = next((ln[1:].strip() for ln in path.read_text().splitlines() if ln.startswith("#")), "")
+        out.append(f"  {path.stem:<16} {first}")
+    out += ["", "agentrl.* keys (agentrl_ext/config.py; with verl's main_ppo add them with '+'):"]
+    for key, default, meaning in describe_keys():
+        out.append(f"  {key} = {default}")
+        if meaning:
+            out.append(f"      {meaning}")
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        verl_defaults = compose(config_name="ppo_trainer", overrides=["actor_rollout_ref.rollout.name=hf"])
+    out += ["", "On the CPU platform, verl's GPU defaults that cannot work there are changed (each logged):"]
+    out += [f"  {line}" for line in apply_cpu_defaults(verl_defaults)]
+    out += [
+        "  A value you set yourself is never rewritten: one that cannot work on CPU is an error naming the fix."
+    ]
+    return "\n".join(out)
+
+
 def main() -> None:
     """Console script ``agentrl-train``."""
+    import sys
+
+    if any(arg in HELP_FLAGS for arg in sys.argv[1:]):
+        print(help_text())
+        return
     _hydra_main()
 
 

@@ -424,3 +424,35 @@ def test_hermes_parser_keeps_malformed_calls_on_cpu():
     _, bad = parse_hermes_tool_calls("<tool_call>{not json</tool_call>")
     assert bad[0]["function"] == {"name": "", "arguments": "{not json"}
     assert parse_hermes_tool_calls("no call") == ("no call", [])
+
+
+def test_pooled_controller_clients_are_closed_at_exit_on_cpu():
+    import subprocess
+    import sys
+    import textwrap
+
+    # a client used on a loop that is then closed, as in a verl agent-loop worker at shutdown:
+    # the atexit hook closes it without the "Unclosed client session" warning
+    code = textwrap.dedent(
+        """
+        import asyncio, gc
+        from agentrl_ext.config import AgentLoopConfig
+        from agentrl_ext.rollout import agent_loop
+
+        async def use():
+            client = agent_loop.controller_client(AgentLoopConfig(controller_url="http://127.0.0.1:9/api"))
+            client._http()  # open the pooled session, as the first request does
+            return client
+
+        loop = asyncio.new_event_loop()
+        client = loop.run_until_complete(use())
+        loop.close()
+        print("registered", len(agent_loop._clients))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "registered 1" in proc.stdout
+    assert "Unclosed" not in proc.stderr, proc.stderr[-2000:]

@@ -246,3 +246,27 @@ def test_non_agentrl_datasets_skip_the_environment_check_on_cpu():
 
     config = _compose("cpu_smoke", ["data.train_files=[]", "data.val_files=[]"])
     check_environment(config, AgentRLConfig.from_config(config.agentrl))
+
+
+def test_help_lists_recipes_keys_and_cpu_changes_on_cpu(tmp_path):
+    import subprocess
+    import sys
+
+    from agentrl_ext.config import describe_keys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrl_ext.trainer.main", "--help"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert len(out.splitlines()) < 120, "a help, not a 1,100-line config"
+    for recipe in RECIPES:
+        assert f"  {recipe} " in out
+    keys = describe_keys()
+    assert len(keys) >= 18
+    for key, _default, meaning in keys:
+        assert f"  {key} = " in out
+        assert meaning, f"{key} has no #: comment in agentrl_ext/config.py"
+    assert "transfer_queue.backend.SimpleStorage.num_data_storage_units: 8 -> 1" in out
+    assert "actor_rollout_ref.actor.strategy: fsdp -> fsdp2" in out
