@@ -1,0 +1,230 @@
+"""The benchmark data directory: where it is, what is installed, and installing from a copy.
+
+The data (AgentBench, ALFWorld and WebShop files; see :mod:`agentrl_ext.data.manifest`) is never
+part of this project. It lives in one directory, chosen in this order:
+
+1. an explicit path (``--data-dir`` of ``agentrl-data``, a task's ``data_dir`` setting);
+2. ``$AGENTRL_DATA_DIR``;
+3. ``$XDG_DATA_HOME/agentrl_ext/data``, i.e. ``~/.local/share/agentrl_ext/data``.
+
+Its layout is that of the vendored copy (``agentbench/dbbench/standard.jsonl``, ...), plus a
+``SHA256SUMS`` (``sha256sum -c`` format) of what was installed. Every install is verified:
+``install_from`` checks each file of the copy against the copy's ``SHA256SUMS`` before copying
+anything, and :func:`require` checks a file against its pinned checksum before a task reads it.
+
+Only the standard library is used here: task workers import this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentrl_ext.data.manifest import FILES, DataFile
+
+DATA_DIR_ENV = "AGENTRL_DATA_DIR"
+SUMS_FILE = "SHA256SUMS"
+_CHUNK = 1 << 20
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/agentrl_ext/data`` (``~/.local/share/agentrl_ext/data``)."""
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "agentrl_ext" / "data"
+
+
+def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The data directory: ``explicit``, else ``$AGENTRL_DATA_DIR``, else :func:`default_data_dir`."""
+    if explicit:
+        return Path(explicit).expanduser()
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV]).expanduser()
+    return default_data_dir()
+
+
+class DataError(Exception):
+    """A data file is missing, corrupt or cannot be installed; the message names it and the fix."""
+
+
+# ---------------------------------------------------------------------------------- checksums
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            yield chunk
+
+
+def sha256_of(path: Path) -> str:
+    """The file's SHA-256 (hex)."""
+    digest = hashlib.sha256()
+    for chunk in _chunks(path):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def git_blob_id(size: int, chunks: Iterable[bytes]) -> str:
+    """Git's blob id (SHA-1 of ``blob <size>\\0`` + content) of ``size`` bytes of ``chunks``."""
+    digest = hashlib.sha1(f"blob {size}\0".encode())
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of a ``sha256sum`` file; DataError naming the bad line."""
+    sums: dict[str, str] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split(maxsplit=1)
+        digest = parts[0].lower()
+        if len(parts) != 2 or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise DataError(f"{path}:{number}: expected '<sha256>  <path>', got {line!r}")
+        sums[parts[1].strip().lstrip("*")] = digest
+    return sums
+
+
+def write_sums(root: Path, sums: dict[str, str]) -> None:
+    """Write ``root/SHA256SUMS`` (sorted, ``sha256sum -c`` format), atomically."""
+    tmp = root / (SUMS_FILE + ".partial")
+    tmp.write_text("".join(f"{sums[p]}  {p}\n" for p in sorted(sums)))
+    tmp.replace(root / SUMS_FILE)
+
+
+def check_file(path: Path, entry: DataFile) -> str | None:
+    """None when ``path`` holds ``entry``'s pinned content, else what is wrong with it.
+
+    An xz file that is not byte-identical (another liblzma) passes when its decompressed content
+    has the upstream checksum; a file pinned by git blob id is checked against that id.
+    """
+    if not path.is_file():
+        return "missing"
+    if entry.sha256 is not None:
+        actual = sha256_of(path)
+        if actual == entry.sha256:
+            return None
+        if entry.compress_xz and entry.content_sha256 is not None:
+            try:
+                with lzma.open(path) as handle:
+                    content = hashlib.sha256()
+                    while chunk := handle.read(_CHUNK):
+                        content.update(chunk)
+            except lzma.LZMAError as exc:
+                return f"not a valid xz file ({exc})"
+            if content.hexdigest() == entry.content_sha256:
+                return None
+        return f"sha256 {actual} != pinned {entry.sha256}"
+    if entry.git_blob is not None:
+        actual = git_blob_id(path.stat().st_size, _chunks(path))
+        return None if actual == entry.git_blob else f"git blob {actual} != pinned {entry.git_blob}"
+    return None
+
+
+def require(relative: str, root: str | os.PathLike[str] | None = None) -> Path:
+    """The verified path of data file ``relative`` (e.g. ``agentbench/dbbench/standard.jsonl``).
+
+    Raises DataError naming the file, the data directory and the command that installs it.
+    """
+    base = data_dir(root)
+    path = base / relative
+    entry = FILES.get(relative)
+    problem = check_file(path, entry) if entry is not None else (None if path.is_file() else "missing")
+    if problem is None:
+        return path
+    how = (
+        "agentrl-data fetch"
+        if entry is not None and not entry.vendored
+        else "agentrl-data install --from <copy of the data> (or agentrl-data fetch)"
+    )
+    raise DataError(
+        f"data file {relative} in {base} is {problem}; install it with `{how}` "
+        f"(data dir: --data-dir or ${DATA_DIR_ENV}, default {default_data_dir()})"
+    )
+
+
+# ---------------------------------------------------------------------------------- listing
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """One known file's state in a data directory: ``ok``, ``missing`` or a problem."""
+
+    entry: DataFile
+    problem: str | None
+
+    @property
+    def state(self) -> str:
+        """``ok``, ``missing`` or ``corrupt``."""
+        if self.problem is None:
+            return "ok"
+        return "missing" if self.problem == "missing" else "corrupt"
+
+
+def file_statuses(root: str | os.PathLike[str] | None = None) -> list[FileStatus]:
+    """Every known file's state in the data directory, verified against the pinned checksums."""
+    base = data_dir(root)
+    return [FileStatus(entry, check_file(base / path, entry)) for path, entry in sorted(FILES.items())]
+
+
+# ---------------------------------------------------------------------------------- install
+
+
+def _copy_atomic(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".partial")
+    shutil.copyfile(source, tmp)
+    tmp.replace(target)
+
+
+def install_from(copy: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> list[str]:
+    """Install the data from a local copy (a folder laid out like the vendored data).
+
+    Every file the copy's ``SHA256SUMS`` lists is checked first; if any is missing or corrupt,
+    nothing is installed and DataError names each bad file. Files pinned by git blob id
+    (``agentbench/dbbench/db_out_new.jsonl``) are installed too when the copy has them and they
+    check out. Returns the installed paths (relative).
+    """
+    source = Path(copy).expanduser()
+    sums_path = source / SUMS_FILE
+    if not sums_path.is_file():
+        raise DataError(f"{source} has no {SUMS_FILE}; a data copy lists its files' sha256 there")
+    sums = read_sums(sums_path)
+    bad = []
+    for relative, digest in sorted(sums.items()):
+        path = source / relative
+        if not path.is_file():
+            bad.append(f"{path}: missing")
+        elif (actual := sha256_of(path)) != digest:
+            bad.append(f"{path}: sha256 {actual} != {digest} listed in {sums_path}")
+    extras = {}
+    for relative, entry in FILES.items():
+        if not entry.vendored and (source / relative).is_file():
+            problem = check_file(source / relative, entry)
+            if problem is not None:
+                bad.append(f"{source / relative}: {problem}")
+            else:
+                extras[relative] = sha256_of(source / relative)
+    if bad:
+        raise DataError("corrupt data copy, nothing installed:\n  " + "\n  ".join(bad))
+    base = data_dir(root)
+    base.mkdir(parents=True, exist_ok=True)
+    installed = {**sums, **extras}
+    for relative in sorted(installed):
+        _copy_atomic(source / relative, base / relative)
+    if (source / "README.md").is_file():
+        _copy_atomic(source / "README.md", base / "README.md")
+    previous = read_sums(base / SUMS_FILE) if (base / SUMS_FILE).is_file() else {}
+    write_sums(base, {**previous, **installed})
+    return sorted(installed)
+
+
+def record_installed(root: Path, sums: dict[str, str]) -> None:
+    """Add ``sums`` to the data directory's ``SHA256SUMS`` (used by ``fetch``)."""
+    previous = read_sums(root / SUMS_FILE) if (root / SUMS_FILE).is_file() else {}
+    write_sums(root, {**previous, **sums})
