@@ -179,7 +179,21 @@ def _dataset_tasks(config: DictConfig) -> set[str]:
     for _key, f in _local_data_files(config):
         frame = pd.read_parquet(f)
         agent = frame["agent_name"] if "agent_name" in frame else pd.Series([default_loop] * len(frame))
-        tasks |= set(frame.loc[agent.fillna(default_loop) == AGENT_LOOP_NAME, "data_source"].astype(str))
+        rows = frame.loc[agent.fillna(default_loop) == AGENT_LOOP_NAME]
+        if len(rows):
+            # every episode needs its sample index: verl would otherwise redraw failing prompts forever
+            extra = rows["extra_info"] if "extra_info" in rows else pd.Series([None] * len(rows))
+            missing = [
+                i
+                for i, e in zip(rows.index, extra, strict=True)
+                if not isinstance(e, dict) or "sample_index" not in e
+            ]
+            if missing:
+                raise ValueError(
+                    f"data file {f}: {len(missing)} row(s) for the {AGENT_LOOP_NAME} agent loop lack "
+                    f"extra_info.sample_index (first row {missing[0]}); build the data with agentrl-build-dataset"
+                )
+        tasks |= set(rows["data_source"].astype(str))
     return tasks
 
 

@@ -270,3 +270,30 @@ def test_help_lists_recipes_keys_and_cpu_changes_on_cpu(tmp_path):
         assert meaning, f"{key} has no #: comment in agentrl_ext/config.py"
     assert "transfer_queue.backend.SimpleStorage.num_data_storage_units: 8 -> 1" in out
     assert "actor_rollout_ref.actor.strategy: fsdp -> fsdp2" in out
+
+
+def test_rows_without_sample_index_are_named_before_ray_on_cpu(tmp_path):
+    import pandas as pd
+
+    from agentrl_ext.trainer.main import check_environment
+
+    data = tmp_path / "bad.parquet"
+    pd.DataFrame(
+        {
+            "data_source": ["letters"],
+            "prompt": [[{"role": "user", "content": "hi"}]],
+            "extra_info": [{"x": 1}],
+        }
+    ).to_parquet(data)
+    config = _compose(
+        "cpu_agentrl",
+        [
+            f"data.train_files={data}",
+            f"data.val_files={data}",
+            "agentrl.agent_loop.controller_url=http://127.0.0.1:9/api",
+        ],
+    )
+    with pytest.raises(
+        ValueError, match=r"1 row\(s\) for the agentrl agent loop lack extra_info.sample_index"
+    ):
+        check_environment(config, AgentRLConfig.from_config(config.agentrl), timeout_s=1)
