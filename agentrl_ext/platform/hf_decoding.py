@@ -135,12 +135,29 @@ def sample_next_tokens(rows: list[_Row], logits: torch.Tensor) -> tuple[list[int
         probs = torch.softmax(candidates, dim=-1)
         shared = [j for j, i in enumerate(sampled) if rows[i].generator is None]
         if shared:
-            tokens[[sampled[j] for j in shared]] = torch.multinomial(probs[shared], 1)[:, 0]
+            tokens[[sampled[j] for j in shared]] = _inverse_cdf_sample(probs[shared])
         for j, i in enumerate(sampled):
             if rows[i].generator is not None:
                 tokens[i] = torch.multinomial(probs[j], 1, generator=rows[i].generator)[0]
     picked = log_probs.gather(1, tokens[:, None])[:, 0]
     return tokens.tolist(), picked.tolist()
+
+
+def _inverse_cdf_sample(probs: torch.Tensor) -> torch.Tensor:
+    """One draw per row of ``probs`` ``[rows, vocab]`` from the global RNG.
+
+    Same distribution as ``torch.multinomial(probs, 1)``, which on CPU costs ~1 ms for 32 rows of a
+    1k vocabulary (it draws per category); this draws one uniform per row (~0.05 ms).
+    """
+    cdf = probs.cumsum(dim=-1)
+    draw = torch.rand(probs.shape[0], 1) * cdf[:, -1:]
+    # right=True returns the first index whose cdf exceeds the draw: never a zero-probability token
+    picked = torch.searchsorted(cdf, draw, right=True)[:, 0]
+    overflow = picked >= probs.shape[1]  # a draw rounded up to the total mass
+    if bool(overflow.any()):
+        last = probs.shape[1] - 1 - torch.argmax((probs.flip(-1) > 0).to(torch.uint8), dim=-1)
+        picked = torch.where(overflow, last, picked)
+    return picked
 
 
 def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:

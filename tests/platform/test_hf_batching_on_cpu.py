@@ -284,3 +284,32 @@ def test_cancelled_caller_frees_its_row_on_cpu():
         return engine.stats["decoded_rows"]
 
     assert asyncio.run(main()) < 400
+
+
+def test_unseeded_rows_draw_from_the_filtered_distribution_on_cpu(server):
+    """Unseeded rows share one vectorised sampler: top-k must hold for every token it draws."""
+    requests = [
+        (_prompt(6 + 4 * i, i), dict(temperature=1.0, top_k=3, max_tokens=12, ignore_eos=True))
+        for i in range(6)
+    ]
+    for (prompt, _), out in zip(requests, _run_together(server, requests), strict=True):
+        with torch.no_grad():
+            logits = server.model(input_ids=torch.tensor([prompt + out.token_ids])).logits[
+                0, len(prompt) - 1 : -1
+            ]
+        ranks = (logits > logits.gather(1, torch.tensor(out.token_ids)[:, None])).sum(dim=1)
+        assert ranks.max().item() < 3, f"a token outside the top 3 was drawn: ranks {ranks.tolist()}"
+
+
+def test_inverse_cdf_sampler_matches_probabilities_on_cpu(monkeypatch):
+    from agentrl_ext.platform import hf_decoding
+
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0]])
+    torch.manual_seed(0)
+    draws = torch.stack([hf_decoding._inverse_cdf_sample(probs) for _ in range(4000)])
+    freq = torch.stack([torch.bincount(draws[:, r], minlength=5) / 4000 for r in range(2)])
+    assert (freq - probs).abs().max().item() < 0.03
+    assert freq[0, 1] == 0 and freq[0, 4] == 0 and freq[1, 3] == 1
+    # a draw that rounds up to the total mass must still land on a token with probability > 0
+    monkeypatch.setattr(hf_decoding.torch, "rand", lambda *shape: torch.ones(*shape))
+    assert hf_decoding._inverse_cdf_sample(probs).tolist() == [3, 3]
