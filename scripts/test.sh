@@ -28,6 +28,8 @@ if command -v dockerd >/dev/null 2>&1; then
     bash scripts/build_base_image.sh || echo "[test] base image build failed: tests that need it will say so"
   fi
 fi
+# MariaDB for the dbbench tests (Debian's mariadb-server; each test session starts private servers).
+bash scripts/mariadb.sh install || echo "[test] mariadb-server unavailable: MariaDB tests will be skipped"
 cleanup() { if [ "$dockerd_started" = 1 ]; then bash scripts/dockerd.sh stop; fi; }
 trap cleanup EXIT
 
