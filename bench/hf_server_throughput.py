@@ -54,6 +54,7 @@ class Level:
     model: str
     mode: str
     concurrency: int
+    repeat: int
     requests: int
     tokens: int
     seconds: float
@@ -123,35 +124,43 @@ def measure(name: str, path: str, args: argparse.Namespace) -> list[Level]:
         asyncio.run(closed_loop(targets[mode], 2, 2, args, seed=-1))
     for concurrency in args.concurrency:
         total = max(args.requests, concurrency)
-        for mode in args.modes:
-            engine = servers[mode].engine if mode in servers else None
-            before = dict(engine.stats) if engine else {}
-            tokens, seconds, latencies = asyncio.run(
-                closed_loop(targets[mode], concurrency, total, args, seed=concurrency)
-            )
-            rows = None
-            if engine:
-                forwards = engine.stats["decode_forwards"] - before["decode_forwards"]
-                rows = (engine.stats["decoded_rows"] - before["decoded_rows"]) / max(1, forwards)
-            level = Level(
-                model=name,
-                mode=mode,
-                concurrency=concurrency,
-                requests=total,
-                tokens=tokens,
-                seconds=round(seconds, 3),
-                tokens_per_s=round(tokens / seconds, 1),
-                latency_p50_s=round(statistics.median(latencies), 4),
-                latency_max_s=round(latencies[-1], 4),
-                mean_rows_per_decode_forward=None if rows is None else round(rows, 2),
-            )
-            levels.append(level)
-            print(
-                f"  {name:5s} {mode:13s} c={concurrency:<3d} {level.tokens_per_s:9.1f} tok/s  "
-                f"p50 {level.latency_p50_s:.3f} s  rows/forward {level.mean_rows_per_decode_forward}",
-                flush=True,
-            )
+        for repeat in range(args.repeats):
+            # rotate the order so that no mode always runs first (the box is shared and noisy)
+            for k in range(len(args.modes)):
+                mode = args.modes[(k + repeat) % len(args.modes)]
+                levels.append(run_level(name, mode, targets[mode], concurrency, total, repeat, args))
     return levels
+
+
+def run_level(
+    name: str, mode: str, target: Any, concurrency: int, total: int, repeat: int, args: argparse.Namespace
+) -> Level:
+    engine = target.engine if isinstance(target, HFRolloutServer) else None
+    before = dict(engine.stats) if engine else {}
+    tokens, seconds, latencies = asyncio.run(closed_loop(target, concurrency, total, args, seed=concurrency))
+    rows = None
+    if engine:
+        forwards = engine.stats["decode_forwards"] - before["decode_forwards"]
+        rows = (engine.stats["decoded_rows"] - before["decoded_rows"]) / max(1, forwards)
+    level = Level(
+        model=name,
+        mode=mode,
+        concurrency=concurrency,
+        repeat=repeat,
+        requests=total,
+        tokens=tokens,
+        seconds=round(seconds, 3),
+        tokens_per_s=round(tokens / seconds, 1),
+        latency_p50_s=round(statistics.median(latencies), 4),
+        latency_max_s=round(latencies[-1], 4),
+        mean_rows_per_decode_forward=None if rows is None else round(rows, 2),
+    )
+    print(
+        f"  {name:5s} {mode:13s} c={concurrency:<3d} {level.tokens_per_s:9.1f} tok/s  "
+        f"p50 {level.latency_p50_s:.3f} s  rows/forward {level.mean_rows_per_decode_forward}",
+        flush=True,
+    )
+    return level
 
 
 def profile_decode_loop(name: str, path: str, args: argparse.Namespace) -> None:
@@ -177,38 +186,40 @@ def profile_decode_loop(name: str, path: str, args: argparse.Namespace) -> None:
     print(out.getvalue())
 
 
-def speedups(levels: list[Level]) -> dict[str, dict[str, dict[int, float]]]:
-    rate = {(lv.model, lv.mode, lv.concurrency): lv.tokens_per_s for lv in levels}
+def best_of(levels: list[Level]) -> dict[tuple[str, str, int], float]:
+    """The highest tokens/s of each (model, mode, concurrency) over the repeats."""
+    best: dict[tuple[str, str, int], float] = {}
+    for lv in levels:
+        key = (lv.model, lv.mode, lv.concurrency)
+        best[key] = max(best.get(key, 0.0), lv.tokens_per_s)
+    return best
+
+
+def speedups(best: dict[tuple[str, str, int], float]) -> dict[str, dict[str, dict[int, float]]]:
     result: dict[str, dict[str, dict[int, float]]] = {}
-    for model, mode, concurrency in rate:
+    for (model, mode, concurrency), rate in best.items():
         if mode != "batched":
             continue
         for base in ("one-at-a-time", "legacy"):
-            if (model, base, concurrency) in rate:
-                result.setdefault(model, {}).setdefault(f"batched/{base}", {})[concurrency] = round(
-                    rate[(model, mode, concurrency)] / rate[(model, base, concurrency)], 2
-                )
+            if (model, base, concurrency) in best:
+                ratio = round(rate / best[(model, base, concurrency)], 2)
+                result.setdefault(model, {}).setdefault(f"batched/{base}", {})[concurrency] = ratio
     return result
 
 
-def print_table(levels: list[Level], ratios: dict[str, dict[str, dict[int, float]]]) -> None:
-    print()
-    print(
-        f"{'model':6s} {'conc':>4s} "
-        + " ".join(f"{m + ' tok/s':>20s}" for m in MODES)
-        + "  batched/one  batched/legacy"
-    )
-    for model in dict.fromkeys(lv.model for lv in levels):
-        for concurrency in dict.fromkeys(lv.concurrency for lv in levels):
-            row = {
-                lv.mode: lv.tokens_per_s
-                for lv in levels
-                if lv.model == model and lv.concurrency == concurrency
-            }
-            cells = " ".join(f"{row.get(m, float('nan')):20.1f}" for m in MODES)
-            one = ratios.get(model, {}).get("batched/one-at-a-time", {}).get(concurrency, float("nan"))
-            legacy = ratios.get(model, {}).get("batched/legacy", {}).get(concurrency, float("nan"))
-            print(f"{model:6s} {concurrency:4d} {cells}  {one:10.2f}x  {legacy:13.2f}x")
+def print_table(
+    best: dict[tuple[str, str, int], float], ratios: dict[str, dict[str, dict[int, float]]]
+) -> None:
+    print("\ntokens/s (best of the repeats) and the batched speed-up")
+    header = " ".join(f"{m:>14s}" for m in MODES)
+    print(f"{'model':6s} {'conc':>4s} {header}  batched/one-at-a-time  batched/legacy")
+    nan = float("nan")
+    for model in dict.fromkeys(k[0] for k in best):
+        for concurrency in dict.fromkeys(k[2] for k in best):
+            cells = " ".join(f"{best.get((model, m, concurrency), nan):14.1f}" for m in MODES)
+            one = ratios.get(model, {}).get("batched/one-at-a-time", {}).get(concurrency, nan)
+            legacy = ratios.get(model, {}).get("batched/legacy", {}).get(concurrency, nan)
+            print(f"{model:6s} {concurrency:4d} {cells}  {one:20.2f}x  {legacy:13.2f}x")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -219,8 +230,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument(
-        "--requests", type=int, default=64, help="requests per level (at least the concurrency)"
+        "--requests", type=int, default=48, help="requests per run (at least the concurrency)"
     )
+    parser.add_argument("--repeats", type=int, default=2, help="runs per level and mode; the best one counts")
     parser.add_argument("--max-tokens", type=int, default=64, help="new tokens per request")
     parser.add_argument("--prompt-tokens", nargs=2, type=int, default=[16, 96], metavar=("MIN", "MAX"))
     parser.add_argument(
@@ -252,15 +264,20 @@ def main(argv: list[str] | None = None) -> None:
             levels += measure(name, path, args)
             if args.profile:
                 profile_decode_loop(name, path, args)
-    ratios = speedups(levels)
-    print_table(levels, ratios)
+    best = best_of(levels)
+    ratios = speedups(best)
+    print_table(best, ratios)
     payload = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "models": {name: {"parameters": n} for name, (_, n) in paths.items()},
-        "levels": [asdict(lv) for lv in levels],
+        "best_tokens_per_s": [
+            {"model": model, "mode": mode, "concurrency": c, "tokens_per_s": rate}
+            for (model, mode, c), rate in best.items()
+        ],
         "speedup": ratios,
+        "runs": [asdict(lv) for lv in levels],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2, default=str))
