@@ -53,6 +53,8 @@ API_PREFIX = "/api"
 """Every endpoint of the controller and of a task worker lives under this path."""
 CUSTOM_TASK_INDEX = -1
 SESSION_ID_HEADER = "session_id"
+HEARTBEAT_INTERVAL_S = 8.0
+"""How often task workers send ``receive_heartbeat`` (AgentRL's workers and ours, by default)."""
 
 
 def error_detail(body: bytes, limit: int = 300) -> str:

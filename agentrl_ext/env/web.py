@@ -104,14 +104,22 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
             raise HttpError(400, f"Content-Length {declared!r} is not a number of bytes") from None
         if size > limit:
             raise _too_large(str(size))
+    # The ASGI messages straight from ``request.receive`` (what ``Request.stream`` yields, without
+    # an async generator per request): the body is read once, here, and never again.
     chunks: list[bytes] = []
     total = 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise _too_large(f"more than {limit}")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        if chunk:
+            total += len(chunk)
+            if total > limit:
+                raise _too_large(f"more than {limit}")
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def parse_json(body: bytes, model: type[ModelT], what: str) -> ModelT:

@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from agentrl_ext.env.protocol import API_PREFIX
+
 REPO = Path(__file__).resolve().parents[2]
 """The repository root (``envs/`` lives there; the servers run with it as working directory)."""
 LOOPBACK = "127.0.0.1"
@@ -49,7 +51,10 @@ def free_port() -> int:
 
 
 def wait_until(
-    condition: Callable[[], T], timeout_s: float = 20.0, interval_s: float = 0.05, what: str = "condition"
+    condition: Callable[[], T | None],
+    timeout_s: float = 20.0,
+    interval_s: float = 0.05,
+    what: str = "condition",
 ) -> T:
     """Poll ``condition()`` until it returns a truthy value, which is returned.
 
@@ -94,8 +99,8 @@ class ServerProcess:
 
     @property
     def api(self) -> str:
-        """The API base, ``http://127.0.0.1:PORT/api``."""
-        return self.url + "/api"
+        """The API base, ``http://127.0.0.1:PORT/api`` (a process serving the AgentRL API)."""
+        return self.url + API_PREFIX
 
     @property
     def pid(self) -> int:
@@ -108,7 +113,9 @@ class ServerProcess:
         env = subprocess_env(self.python_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd)
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd
+            )
         return self
 
     def wait_ready(self, timeout_s: float = 30.0) -> ServerProcess:

@@ -1,7 +1,8 @@
 """A task whose sample index chooses a behaviour, for the controller and worker tests.
 
 Indices: ``echo`` (echo tool until ``finish``), ``raise_on_start``, ``raise_after_action``,
-``slow_step`` (the environment's second turn takes 30 s), ``forever`` (echoes without end).
+``slow_step`` (the environment's second turn takes 30 s), ``forever`` (echoes without end),
+``slow_start`` (the opening turn takes 30 s).
 With ``marker_dir`` set, every sample writes ``<session_id>.end`` when its coroutine ends, so
 tests can check that cancellation reached the task and its cleanup ran.
 """
@@ -15,7 +16,7 @@ from typing import Any
 from agentrl_ext.env.protocol import SampleIndex, SampleStatus
 from agentrl_ext.env.worker import SampleResult, Session, Task, function_tool
 
-BEHAVIOURS = ["echo", "raise_on_start", "raise_after_action", "slow_step", "forever"]
+BEHAVIOURS = ["echo", "raise_on_start", "raise_after_action", "slow_step", "forever", "slow_start"]
 
 
 class ProbeTask(Task):
@@ -41,6 +42,8 @@ class ProbeTask(Task):
                 (self.marker_dir / f"{session.id}.end").write_text(str(index))
 
     async def _play(self, behaviour: str, session: Session) -> SampleResult:
+        if behaviour == "slow_start":
+            await asyncio.sleep(30)
         session.inject({"role": "user", "content": f"behaviour {behaviour}"})
         if behaviour == "raise_on_start":
             raise RuntimeError("boom at start")

@@ -85,6 +85,28 @@ async def test_start_sample_in_flight_to_a_hung_worker_ends_with_task_error(serv
         assert after.value.status == 409 and "task error" in after.value.detail
 
 
+async def test_calls_a_live_worker_does_not_answer_in_time_end_with_task_error_and_the_reason(servers):
+    controller = servers.controller(worker_timeout=1.0)
+    worker = servers.worker(controller, PROBE_TASK)
+    wait_routable(controller, "probe")
+    async with ControllerClient(controller.api, timeout_s=60) as client:
+        slow = await client.start_sample("probe", "slow_start")
+        assert slow.response.finish and slow.response.status is SampleStatus.TASK_ERROR
+        assert "no answer within 1s" in (slow.response.error or "")
+
+        started = await client.start_sample("probe", "slow_step")
+        await client.interact(started.session_id, tool_step("echo", {"text": "a"}))
+        answer = await client.interact(started.session_id, tool_step("echo", {"text": "b"}))
+        assert answer.finish and answer.status is SampleStatus.TASK_ERROR
+        assert "/interact): no answer within 1s" in (answer.error or "")
+    assert list_workers(controller)["probe"][0]["healthy"]  # slow is not lost
+    await asyncio.to_thread(
+        wait_until,
+        lambda: httpx.get(worker.api + "/get_sessions", timeout=5).json() == {},
+        what="the timed-out sessions cancelled on the worker",
+    )
+
+
 # ------------------------------------------------------------------------------- restarts
 
 

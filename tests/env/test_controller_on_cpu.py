@@ -138,6 +138,7 @@ async def test_get_indices_list_workers_and_calculate_overall(stack):
             "raise_after_action",
             "slow_step",
             "forever",
+            "slow_start",
         ]
         workers = await client.list_workers()
         assert [w.address for w in workers["probe"]] == [worker.api]

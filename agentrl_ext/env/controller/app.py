@@ -133,9 +133,9 @@ def create_app(config: ControllerConfig | None = None, service: ControllerServic
     async def metrics(request: Request) -> Response:
         return Response(svc.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
-    routes = [
-        ("POST", "/start_sample", start_sample),
+    routes = [  # matched in this order: the calls of every session first
         ("POST", "/interact", interact),
+        ("POST", "/start_sample", start_sample),
         ("POST", "/cancel", cancel),
         ("GET", "/get_indices", get_indices),
         ("GET", "/list_workers", list_workers),

@@ -8,6 +8,7 @@ import json
 import logging
 from typing import Any
 
+from agentrl_ext.env.protocol import HEARTBEAT_INTERVAL_S
 from agentrl_ext.env.serving import serve
 from agentrl_ext.env.worker.server import TaskWorker
 from agentrl_ext.env.worker.task import Task
@@ -48,7 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--concurrency", type=int, default=None, help="session limit (default: the task's)")
     parser.add_argument(
-        "--heartbeat-interval", type=float, default=8.0, help="seconds between heartbeats (default 8)"
+        "--heartbeat-interval",
+        type=float,
+        default=HEARTBEAT_INTERVAL_S,
+        help=f"seconds between heartbeats (default {HEARTBEAT_INTERVAL_S:g})",
     )
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
     args = parser.parse_args(argv)

@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from agentrl_ext.env.protocol import (
     API_PREFIX,
     CUSTOM_TASK_INDEX,
+    HEARTBEAT_INTERVAL_S,
     SESSION_ID_HEADER,
     CalculateOverallRequest,
     EnvOutput,
@@ -89,7 +90,7 @@ class TaskWorker:
         controller_address: str | None = None,
         self_address: str | None = None,
         concurrency: int | None = None,
-        heartbeat_interval_s: float = 8.0,
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         cancel_grace_s: float = 10.0,
     ) -> None:
         if controller_address and not self_address:
@@ -335,9 +336,9 @@ class TaskWorker:
             overall = await body(request, CalculateOverallRequest, "calculate_overall")
             return json_response(self.task.calculate_overall(overall.results))
 
-        routes = [
-            ("POST", "/start_sample", start_sample),
+        routes = [  # matched in this order: the calls of every session first
             ("POST", "/interact", interact),
+            ("POST", "/start_sample", start_sample),
             ("POST", "/cancel", cancel),
             ("POST", "/cancel_all", cancel_all),
             ("GET", "/worker_status", worker_status),
