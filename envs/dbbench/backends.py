@@ -26,7 +26,7 @@ import sqlite3
 import time
 import urllib.parse
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,6 +40,8 @@ MAX_RESULT_CHARS = 800
 TRUNCATED = "[TRUNCATED]"
 TIMEOUT_MESSAGE = "Error: SQL execution timed out."
 T = TypeVar("T")
+Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
+"""Runs a blocking call on the backend's threads (:meth:`DatabaseBackend.run`)."""
 
 
 class DatabaseUnavailable(Exception):
@@ -86,7 +88,7 @@ def hash_query(table: Table) -> str:
 class EpisodeDatabase(ABC):
     """One episode's database."""
 
-    def __init__(self, run: Callable[[Callable[[], T]], Any]) -> None:
+    def __init__(self, run: Runner) -> None:
         self._run = run
 
     @abstractmethod
@@ -100,11 +102,11 @@ class EpisodeDatabase(ABC):
 
     async def execute(self, sql: str) -> str:
         """Run one agent statement; its result or error as text."""
-        return await self._run(lambda: self._execute(sql))
+        return str(await self._run(lambda: self._execute(sql)))
 
     async def tables_hash(self, tables: Sequence[Table]) -> str:
         """AgentBench's combined hash of ``tables`` as they are now."""
-        return await self._run(lambda: self._tables_hash(tables))
+        return str(await self._run(lambda: self._tables_hash(tables)))
 
     async def close(self) -> None:
         """Drop the database (idempotent; never raises)."""
@@ -154,7 +156,7 @@ def _sqlite_md5(value: Any) -> str | None:
 class SQLiteEpisode(EpisodeDatabase):
     """An in-memory SQLite database."""
 
-    def __init__(self, run: Callable[[Callable[[], T]], Any], timeout_s: float) -> None:
+    def __init__(self, run: Runner, timeout_s: float) -> None:
         super().__init__(run)
         self._timeout_s = timeout_s
         self._deadline = float("inf")
@@ -199,6 +201,7 @@ class SQLiteEpisode(EpisodeDatabase):
         return combined_hash(hashes)
 
     def _close(self) -> None:
+        self.conn.interrupt()  # a statement may still run on another thread (the session was cancelled)
         self.conn.close()
 
 
@@ -280,7 +283,7 @@ _STATEMENT_TIMEOUT_ERRORS = {1969, 3024}  # MariaDB max_statement_time, MySQL ma
 class MariaDBEpisode(EpisodeDatabase):
     """One database and one user, both dropped at the end, on a shared MariaDB server."""
 
-    def __init__(self, run: Callable[[Callable[[], T]], Any], backend: MariaDBBackend, token: str) -> None:
+    def __init__(self, run: Runner, backend: MariaDBBackend, token: str) -> None:
         super().__init__(run)
         self.backend = backend
         self.database = f"dbbench_{token}"
@@ -351,18 +354,17 @@ class MariaDBEpisode(EpisodeDatabase):
         return combined_hash(hashes)
 
     def _close(self) -> None:
-        thread_id = None
-        if self.conn is not None:
-            try:
-                thread_id = self.conn.thread_id()
-                self.conn.close()
-            except Exception:
-                pass
-            self.conn = None
+        conn, self.conn = self.conn, None
         with self.backend.admin() as admin, admin.cursor() as cursor:
-            if thread_id is not None:  # a statement may still run after a cancel: end it
+            if conn is not None:
+                # A statement may still run on another thread (the session was cancelled):
+                # end the connection on the server first, then close our side.
                 try:
-                    cursor.execute("KILL CONNECTION %s", (thread_id,))
+                    cursor.execute("KILL CONNECTION %s", (conn.thread_id(),))
+                except Exception:
+                    pass
+                try:
+                    conn.close()
                 except Exception:
                     pass
             cursor.execute(f"DROP DATABASE IF EXISTS {quote_name(self.database)}")

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from conftest import DBBENCH_TASK, RawClient, call, start_private_mariadb
 
-from agentrl_ext.testing.env_servers import EnvServers, list_workers
+from agentrl_ext.testing.env_servers import EnvServers, list_workers, wait_until
+from envs.dbbench.backends import ServerAddress
 from envs.dbbench.data import load_split
 from envs.dbbench.prompts import NO_TOOL_CALL, SYSTEM_PROMPT, TOOLS, UNKNOWN_TOOL
 
@@ -235,3 +236,27 @@ def test_killed_mariadb_gives_task_error_and_worker_recovers_on_cpu(tmp_path, db
             assert worker.alive
     finally:
         server.stop()
+
+
+def test_episode_databases_are_dropped_also_on_cancel_on_cpu(dbbench, request):
+    backend, client, _ = dbbench
+    if backend != "mariadb":
+        pytest.skip("SQLite episodes live in memory only")
+    import pymysql  # only where MariaDB runs
+
+    address = ServerAddress.from_url(request.getfixturevalue("mariadb_server").url)
+
+    def leftovers() -> list[str]:
+        with pymysql.connect(unix_socket=address.unix_socket, user="root", ssl_disabled=True) as admin:
+            with admin.cursor() as cursor:
+                cursor.execute("SHOW DATABASES LIKE 'dbbench\\_%'")
+                databases = [row[0] for row in cursor.fetchall()]
+                cursor.execute("SELECT user FROM mysql.user WHERE user LIKE 'dbbench\\_%'")
+                return databases + [row[0] for row in cursor.fetchall()]
+
+    session, _ = client.start(0)
+    assert len(leftovers()) == 2  # this episode's database and user
+    response = client.http.post(f"{client.api}/cancel", headers={"session_id": session})
+    assert response.status_code == 200
+    # the worker drops them as the cancelled episode unwinds
+    wait_until(lambda: leftovers() == [], timeout_s=20, what="the cancelled episode's database to be dropped")
