@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DBBENCH_TASK, RawClient, call, start_private_mariadb
+from dbbench_helpers import DBBENCH_TASK, RawClient, call, start_private_mariadb
 
 from agentrl_ext.testing.env_servers import EnvServers, list_workers, wait_until
 from envs.dbbench.backends import ServerAddress
