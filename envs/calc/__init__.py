@@ -1,0 +1,1 @@
+"""``calc``: two-step arithmetic with a calculator tool."""

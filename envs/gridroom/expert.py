@@ -1,0 +1,55 @@
+"""The ``gridroom`` expert: shortest path to the key, then to the door (stateless).
+
+Every observation restates the whole state, so the expert reads only the latest one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Any
+
+from ..procedural import tool_call_message
+from .task import MOVES, SIZE, Cell
+
+_CELL = r"row (\d) col (\d)"
+
+
+def _cell(match: re.Match[str] | None, what: str) -> Cell:
+    if match is None:
+        raise ValueError(f"gridroom expert: the latest observation names no {what}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def first_move(start: Cell, goal: Cell, blocked: Cell | None) -> str:
+    """The first move of a shortest path from ``start`` to ``goal`` avoiding ``blocked``."""
+    first: dict[Cell, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        cell = queue.popleft()
+        if cell == goal:
+            move = first[cell]
+            assert move is not None, "start == goal"
+            return move
+        for name, (d_row, d_col) in MOVES.items():
+            nxt = (cell[0] + d_row, cell[1] + d_col)
+            if 0 <= nxt[0] < SIZE and 0 <= nxt[1] < SIZE and nxt != blocked and nxt not in first:
+                first[nxt] = first[cell] or name
+                queue.append(nxt)
+    raise ValueError(f"gridroom expert: no path from {start} to {goal}")
+
+
+def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message (a ``move`` call) after ``messages``, the whole history so far."""
+    observation = next(
+        str(m.get("content") or "") for m in reversed(messages) if m.get("role") in ("user", "tool")
+    )
+    agent = _cell(re.search("You are at " + _CELL, observation), "agent position")
+    door = _cell(re.search("Door at " + _CELL, observation), "door")
+    key = re.search("Key at " + _CELL, observation)
+    if key is not None:
+        direction = first_move(agent, _cell(key, "key"), blocked=door)
+    else:
+        direction = first_move(agent, door, blocked=None)
+    steps = sum(1 for m in messages if m.get("role") == "assistant")
+    return tool_call_message("move", {"direction": direction}, steps)

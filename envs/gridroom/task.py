@@ -1,0 +1,104 @@
+"""``gridroom``: a 3x3 room; walk to the key, then through the door.
+
+The agent, the key and the door stand on three different cells (``Random(index)``). Tool:
+``move(direction)``, ``direction`` one of ``up down left right`` (row 0 is the top, col 0 the
+left). Walking onto the key takes it; the door is locked (a cell one cannot enter) until then;
+walking onto it with the key ends the sample ``completed``, reward 1. A move into the outer wall
+or the locked door keeps the agent in place. Every answer restates the whole state, so a policy
+needs no memory. ``max_turns`` (10) moves without the door end with ``task limit reached``,
+reward 0; the shortest solution takes at most 8 moves. Train samples never repeat a test
+sample's layout (504 layouts in all; see :mod:`envs.procedural`).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from agentrl_ext.env.protocol import SampleIndex, SampleStatus
+from agentrl_ext.env.worker import SampleResult, Session, function_tool
+
+from ..procedural import ProceduralTask, choice_argument
+
+SIZE = 3
+MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+TOOLS = [function_tool("move", "Move one cell.", {"direction": {"type": "string", "enum": list(MOVES)}})]
+
+Cell = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the agent starts, the key and the door are."""
+
+    start: Cell
+    key: Cell
+    door: Cell
+
+
+def make_layout(rng: random.Random) -> Layout:
+    """Three different cells drawn from ``rng``."""
+    cells = [(row, col) for row in range(SIZE) for col in range(SIZE)]
+    start, key, door = rng.sample(cells, 3)
+    return Layout(start, key, door)
+
+
+def at(cell: Cell) -> str:
+    return f"row {cell[0]} col {cell[1]}"
+
+
+def describe(agent: Cell, has_key: bool, layout: Layout) -> str:
+    """The state in one line: the agent, the key (until taken) and the door."""
+    if has_key:
+        return f"You are at {at(agent)} with the key. Door at {at(layout.door)}."
+    return f"You are at {at(agent)}. Key at {at(layout.key)}. Door at {at(layout.door)}."
+
+
+def opening(layout: Layout, max_turns: int) -> str:
+    """The user message that starts a sample."""
+    return (
+        f"A 3x3 room, row 0 at the top, col 0 at the left. Take the key, then go to the door. "
+        f"You have {max_turns} moves. {describe(layout.start, False, layout)}"
+    )
+
+
+class GridRoomTask(ProceduralTask):
+    """A 3x3 key-door room with move tools."""
+
+    name = "gridroom"
+    tools = TOOLS
+    default_max_turns = 10
+    disjoint_content = True
+
+    def content_key(self, index: int) -> Layout:
+        return make_layout(random.Random(index))
+
+    def layout(self, index: SampleIndex) -> Layout:
+        """The layout of sample ``index``."""
+        return make_layout(self.rng(index))
+
+    async def start_sample(self, index: SampleIndex, session: Session) -> SampleResult:
+        layout = self.layout(index)
+        agent, has_key = layout.start, False
+        session.inject({"role": "user", "content": opening(layout, self.max_turns)})
+        for turn in range(1, self.max_turns + 1):
+            action = await session.action()
+            call = action.tool_calls[0]
+            d_row, d_col = MOVES[choice_argument(call, "direction", tuple(MOVES))]
+            target = (agent[0] + d_row, agent[1] + d_col)
+            if not (0 <= target[0] < SIZE and 0 <= target[1] < SIZE):
+                event = "Wall. "
+            elif target == layout.door and not has_key:
+                event = "Locked. "
+            elif target == layout.door:
+                session.inject({"role": "tool", "tool_call_id": call.id, "content": "The door opens."})
+                return SampleResult(SampleStatus.COMPLETED, reward=1.0, metrics={"moves": turn})
+            else:
+                agent = target
+                event = "Got the key. " if agent == layout.key and not has_key else ""
+                has_key = has_key or agent == layout.key
+            session.report(0.0, has_key=has_key)
+            session.inject(
+                {"role": "tool", "tool_call_id": call.id, "content": event + describe(agent, has_key, layout)}
+            )
+        return SampleResult(SampleStatus.TASK_LIMIT_REACHED, reward=0.0, metrics={"moves": self.max_turns})

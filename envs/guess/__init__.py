@@ -1,0 +1,1 @@
+"""``guess``: number guessing with higher/lower feedback."""
