@@ -98,7 +98,7 @@ def _missing_keys(node: DictConfig, prefix: str = "") -> set[str]:
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_gpu_recipe_resolves_once_the_model_is_set_on_cpu(recipe, tmp_path):
+def test_gpu_recipe_resolves_with_model_and_data_under_the_cache_on_cpu(recipe, tmp_path):
     # verl's own placeholder of the (disabled) reward model's rollout stays unset, as in verl's configs
     config = _filled(recipe, tmp_path)
     assert not config.reward.reward_model.enable
