@@ -9,7 +9,7 @@ from ..procedural import opening_text, tool_call_message, tool_exchanges
 
 
 def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The assistant message (a ``calculate`` or ``answer`` call) after ``messages``."""
+    """The assistant message (a ``calculator`` or ``answer`` call) after ``messages``."""
     match = re.search(r"\((-?\d+) ([-+*]) (-?\d+)\) ([-+*]) (-?\d+)", opening_text(messages))
     if match is None:
         raise ValueError("calc expert: the opening message has no expression '(a op b) op c'")
@@ -17,7 +17,7 @@ def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
     results = [int(reply) for _, reply in tool_exchanges(messages)]
     step = len(results)
     if step == 0:
-        return tool_call_message("calculate", {"a": int(a), "op": op1, "b": int(b)}, step)
+        return tool_call_message("calculator", {"expression": f"{a} {op1} {b}"}, step)
     if step == 1:
-        return tool_call_message("calculate", {"a": results[0], "op": op2, "b": int(c)}, step)
+        return tool_call_message("calculator", {"expression": f"{results[0]} {op2} {c}"}, step)
     return tool_call_message("answer", {"value": results[-1]}, step)

@@ -1,6 +1,7 @@
 """``calc``: compute ``(a op1 b) op2 c`` with a calculator tool, then answer.
 
-Tools: ``calculate(a, op, b)`` (``op`` one of ``+ - *``) answers the result as text;
+Tools: ``calculator(expression)`` computes one step ``a op b`` (``op`` one of ``+ - *``) and
+answers the result as text (anything else: ``error: ...``, the step still counts);
 ``answer(value)`` ends the sample ``completed``, reward 1 when ``value`` is right, else 0.
 ``max_turns`` (5) steps without an answer end with ``task limit reached``, reward 0. The expert
 needs 3 steps: two calculations and the answer. Operands are 1..20 (``Random(index)``); train
@@ -10,28 +11,35 @@ samples never repeat a test sample's expression (see :mod:`envs.procedural`).
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from agentrl_ext.env.protocol import SampleIndex, SampleStatus
-from agentrl_ext.env.worker import SampleResult, Session, function_tool
+from agentrl_ext.env.worker import InvalidAction, SampleResult, Session, function_tool
 
-from ..procedural import ProceduralTask, choice_argument, integer_argument
+from ..procedural import ProceduralTask, integer_argument
 
 OPS = ("+", "-", "*")
 TOOLS = [
-    function_tool(
-        "calculate",
-        "Compute a op b.",
-        {"a": {"type": "integer"}, "op": {"type": "string", "enum": list(OPS)}, "b": {"type": "integer"}},
-    ),
+    function_tool("calculator", "Compute one step like 3 * 4.", {"expression": {"type": "string"}}),
     function_tool("answer", "Give the final answer.", {"value": {"type": "integer"}}),
 ]
+STEP = re.compile(r"\s*(-?\d{1,6})\s*([-+*])\s*(-?\d{1,6})\s*")
+STEP_ERROR = "error: write one step like 3 * 4"
 
 
 def apply(a: int, op: str, b: int) -> int:
     """``a op b`` for ``op`` in :data:`OPS`."""
     return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def calculate(expression: str) -> str:
+    """The calculator's answer to ``expression`` (one step ``a op b``), or :data:`STEP_ERROR`."""
+    match = STEP.fullmatch(expression)
+    if match is None:
+        return STEP_ERROR
+    return str(apply(int(match.group(1)), match.group(2), int(match.group(3))))
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,8 @@ def make_problem(rng: random.Random, largest: int = 20) -> Problem:
 def opening(problem: Problem, max_turns: int) -> str:
     """The user message that starts a sample."""
     return (
-        f"Compute {problem.expression}. Use calculate for each step, then answer. You have {max_turns} steps."
+        f"Compute {problem.expression}. Use the calculator one step at a time, then answer. "
+        f"You have {max_turns} steps."
     )
 
 
@@ -104,13 +113,14 @@ class CalcTask(ProceduralTask):
                 right = value == problem.value
                 session.report(float(right), calculations=calculations)
                 return SampleResult(SampleStatus.COMPLETED, reward=float(right), result={"answer": value})
-            a, op, b = (
-                integer_argument(call, "a"),
-                choice_argument(call, "op", OPS),
-                integer_argument(call, "b"),
-            )
+            expression = call.arguments.get("expression")
+            if not isinstance(expression, str):
+                raise InvalidAction(
+                    SampleStatus.AGENT_VALIDATION_FAILED,
+                    f"calculator: argument 'expression' must be a string, got {expression!r}",
+                )
             calculations += 1
-            session.inject({"role": "tool", "tool_call_id": call.id, "content": str(apply(a, op, b))})
+            session.inject({"role": "tool", "tool_call_id": call.id, "content": calculate(expression)})
         return SampleResult(
             SampleStatus.TASK_LIMIT_REACHED, reward=0.0, metrics={"calculations": calculations}
         )

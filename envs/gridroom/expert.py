@@ -12,7 +12,7 @@ from typing import Any
 from ..procedural import tool_call_message
 from .task import MOVES, SIZE, Cell
 
-_CELL = r"row (\d) col (\d)"
+_CELL = r"(\d),(\d)"
 
 
 def _cell(match: re.Match[str] | None, what: str) -> Cell:
@@ -44,7 +44,7 @@ def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
     observation = next(
         str(m.get("content") or "") for m in reversed(messages) if m.get("role") in ("user", "tool")
     )
-    agent = _cell(re.search("You are at " + _CELL, observation), "agent position")
+    agent = _cell(re.search("You at " + _CELL, observation), "agent position")
     door = _cell(re.search("Door at " + _CELL, observation), "door")
     key = re.search("Key at " + _CELL, observation)
     if key is not None:
