@@ -1,0 +1,111 @@
+"""Expert trajectories of the procedural tasks, played through a controller (for SFT and tests).
+
+Each procedural task (``guess``, ``calc``, ``gridroom``) has a stateless expert policy in
+``agentrl_ext.envs.<task>.expert``: ``expert_action(messages) -> assistant message`` reads the
+conversation so far (the opening messages, its own earlier steps and every environment answer)
+and returns the next tool call. :func:`play_expert_episode` plays one sample with it over the
+real controller -> worker path and returns the whole conversation, so the trajectory is exactly
+what an agent loop would have seen.
+
+    async with ControllerClient("http://127.0.0.1:5020/api") as client:
+        episode = await play_expert_episode(client, "guess", 3)
+        episode.messages, episode.tools, episode.reward, episode.status
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl_ext.env.client import ControllerClient
+from agentrl_ext.env.protocol import SampleIndex, SampleStatus
+
+ExpertPolicy = Callable[[list[dict[str, Any]]], dict[str, Any]]
+
+EXPERTS: dict[str, str] = {
+    "guess": "agentrl_ext.envs.guess.expert:expert_action",
+    "calc": "agentrl_ext.envs.calc.expert:expert_action",
+    "gridroom": "agentrl_ext.envs.gridroom.expert:expert_action",
+}
+"""Task name -> ``module:function`` of its expert policy."""
+
+
+def expert_policy(task: str) -> ExpertPolicy:
+    """The expert policy of ``task`` (a name in :data:`EXPERTS`, or a ``module:function`` spec)."""
+    spec = EXPERTS.get(task, task)
+    if ":" not in spec:
+        raise ValueError(
+            f"no expert policy for task {task!r}; known: {', '.join(sorted(EXPERTS))} "
+            "(or pass 'module:function')"
+        )
+    module, _, function = spec.partition(":")
+    policy: ExpertPolicy = getattr(importlib.import_module(module), function)
+    return policy
+
+
+@dataclass
+class ExpertEpisode:
+    """One played sample: the whole conversation (OpenAI messages), the tools, and how it ended."""
+
+    task: str
+    index: SampleIndex
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    reward: float = 0.0
+    status: SampleStatus = SampleStatus.RUNNING
+    turns: int = 0
+    error: str | None = None
+
+
+async def play_expert_episode(
+    client: ControllerClient,
+    task: str,
+    index: SampleIndex,
+    policy: ExpertPolicy | None = None,
+    max_steps: int = 64,
+) -> ExpertEpisode:
+    """Play sample ``index`` of ``task`` with ``policy`` (default: the task's expert).
+
+    The session is cancelled if it is still running after ``max_steps`` agent steps or when the
+    policy raises.
+    """
+    policy = policy or expert_policy(task)
+    started = await client.start_sample(task, index)
+    answer = started.response
+    episode = ExpertEpisode(task, index, list(answer.messages), list(answer.tools or []))
+    try:
+        while not answer.finish:
+            if episode.turns >= max_steps:
+                raise RuntimeError(f"{task} #{index}: still running after {max_steps} steps")
+            step = policy(list(episode.messages))
+            episode.messages.append(step)
+            episode.turns += 1
+            answer = await client.interact(started.session_id, [step])
+            episode.messages += answer.messages
+    except BaseException:
+        await client.cancel(started.session_id)
+        raise
+    episode.reward, episode.status, episode.error = answer.reward, answer.status, answer.error
+    return episode
+
+
+async def play_expert_episodes(
+    controller_url: str,
+    task: str,
+    indices: Sequence[SampleIndex],
+    concurrency: int = 8,
+    policy: ExpertPolicy | None = None,
+) -> list[ExpertEpisode]:
+    """Play every index of ``indices`` (in that order), ``concurrency`` sessions at a time."""
+    policy = policy or expert_policy(task)
+    gate = asyncio.Semaphore(concurrency)
+    async with ControllerClient(controller_url) as client:
+
+        async def one(index: SampleIndex) -> ExpertEpisode:
+            async with gate:
+                return await play_expert_episode(client, task, index, policy)
+
+        return list(await asyncio.gather(*(one(index) for index in indices)))

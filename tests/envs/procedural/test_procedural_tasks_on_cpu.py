@@ -1,0 +1,149 @@
+"""The procedural tasks in-process: seeded samples, train/test splits, experts, invalid steps, prompt size."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from agentrl_ext.envs.calc.expert import expert_action as calc_expert  # noqa: E402
+from agentrl_ext.envs.calc.task import STEP_ERROR, CalcTask  # noqa: E402
+from agentrl_ext.envs.gridroom.expert import expert_action as gridroom_expert  # noqa: E402
+from agentrl_ext.envs.gridroom.task import GridRoomTask  # noqa: E402
+from agentrl_ext.envs.guess.expert import expert_action as guess_expert  # noqa: E402
+from agentrl_ext.envs.guess.task import GuessTask  # noqa: E402
+from agentrl_ext.envs.procedural import TRAIN_START, tool_call_message  # noqa: E402
+from procedural_helpers import play  # noqa: E402
+
+from agentrl_ext.env.protocol import SampleStatus  # noqa: E402
+
+EXPERTS = {GuessTask: guess_expert, CalcTask: calc_expert, GridRoomTask: gridroom_expert}
+# the most agent steps the expert may take on any sample (the turn limits are 6, 5 and 8)
+EXPERT_STEPS = {GuessTask: 5, CalcTask: 3, GridRoomTask: 7}
+
+
+def scripted(*steps: tuple[str, dict]):
+    """A policy that plays ``steps`` in order."""
+    queue = list(steps)
+    return lambda messages: tool_call_message(*queue.pop(0), len(messages))
+
+
+@pytest.mark.parametrize("task_class", list(EXPERTS))
+def test_splits_are_fixed_ranges_and_follow_the_split_setting_on_cpu(task_class):
+    train, test = task_class(), task_class(split="test", num_test=50)
+    assert test.get_indices() == list(range(50))
+    assert train.get_indices() == train.split_indices("train")
+    assert len(train.get_indices()) == 1000 and min(train.get_indices()) >= TRAIN_START
+    assert not set(train.get_indices()) & set(test.get_indices())
+    with pytest.raises(ValueError, match="split must be one of"):
+        task_class(split="val")
+
+
+@pytest.mark.parametrize("task_class", [CalcTask, GridRoomTask])
+def test_train_samples_never_repeat_a_test_sample_on_cpu(task_class):
+    task = task_class()
+    held_out = {task.content_key(i) for i in task.split_indices("test")}
+    assert len(held_out) > 50  # the test split is not a handful of repeats
+    assert not held_out & {task.content_key(i) for i in task.split_indices("train")}
+
+
+def test_samples_are_deterministic_per_index_on_cpu():
+    assert [GuessTask().secret(i) for i in range(30)] == [GuessTask().secret(i) for i in range(30)]
+    assert len({GuessTask().secret(i) for i in range(100)}) == 16
+    assert CalcTask().problem(7) == CalcTask(split="test").problem(7)
+    assert GridRoomTask().layout(10_005) == GridRoomTask().layout(10_005)
+    assert len({CalcTask().problem(i) for i in range(100)}) > 95
+
+
+async def test_an_index_of_neither_split_is_refused_on_cpu():
+    with pytest.raises(ValueError, match="neither split"):
+        await play(GuessTask(num_test=10), 50, guess_expert)
+
+
+@pytest.mark.parametrize("task_class", list(EXPERTS))
+async def test_expert_solves_every_sample_of_both_splits_on_cpu(task_class):
+    task = task_class()
+    for index in task.split_indices("test") + task.split_indices("train")[:300]:
+        played = await play(task, index, EXPERTS[task_class])
+        assert (played.status, played.reward) == (SampleStatus.COMPLETED, 1.0), (index, played.messages)
+        assert played.turns <= EXPERT_STEPS[task_class]
+
+
+async def test_guess_feedback_and_turn_limit_on_cpu():
+    task = GuessTask()
+    secret = task.secret(0)
+    low = scripted(*[("guess", {"number": 0})] * 6)
+    played = await play(task, 0, low)
+    assert (played.status, played.reward, played.turns) == (SampleStatus.TASK_LIMIT_REACHED, 0.0, 6)
+    assert [m["content"] for m in played.messages if m["role"] == "tool"] == ["higher"] * 6
+    right = await play(task, 0, scripted(("guess", {"number": str(secret)})))  # digits as a string count
+    assert (right.status, right.reward, right.messages[-1]["content"]) == (
+        SampleStatus.COMPLETED,
+        1.0,
+        "correct",
+    )
+
+
+@pytest.mark.parametrize(
+    ("task_class", "step"),
+    [
+        (GuessTask, ("guess", {"number": "eight"})),
+        (GuessTask, ("guess", {})),
+        (CalcTask, ("calculator", {"expression": 12})),
+        (CalcTask, ("answer", {"value": "twelve"})),
+        (GridRoomTask, ("move", {"direction": "north"})),
+    ],
+)
+async def test_arguments_off_the_schema_fail_validation_with_reward_0_on_cpu(task_class, step):
+    played = await play(task_class(), 0, scripted(step))
+    assert (played.status, played.reward, played.turns) == (SampleStatus.AGENT_VALIDATION_FAILED, 0.0, 1)
+
+
+async def test_calc_wrong_answer_and_malformed_step_on_cpu():
+    task = CalcTask()
+    problem = task.problem(0)
+    wrong = await play(task, 0, scripted(("answer", {"value": problem.value + 1})))
+    assert (wrong.status, wrong.reward) == (SampleStatus.COMPLETED, 0.0)
+    steps = [("calculator", {"expression": problem.expression})] * 5  # two operations in one step
+    limited = await play(task, 0, scripted(*steps))
+    assert (limited.status, limited.reward) == (SampleStatus.TASK_LIMIT_REACHED, 0.0)
+    assert {m["content"] for m in limited.messages if m["role"] == "tool"} == {STEP_ERROR}
+
+
+async def test_gridroom_walls_locked_door_and_key_on_cpu():
+    task = GridRoomTask()
+    indices = task.split_indices("test") + task.split_indices("train")
+    index = next(i for i in indices if task.layout(i).start == (0, 0) and task.layout(i).door == (0, 1))
+    key = task.layout(index).key
+    steps = [("move", {"direction": "up"}), ("move", {"direction": "right"})] * 4
+    played = await play(task, index, scripted(*steps))
+    first, second = [m["content"] for m in played.messages if m["role"] == "tool"][:2]
+    assert first.startswith("Wall. You at 0,0.") and second.startswith("Locked. You at 0,0.")
+    assert f"Key at {key[0]},{key[1]}" in second
+    assert (played.status, played.reward, played.turns) == (SampleStatus.TASK_LIMIT_REACHED, 0.0, 8)
+
+
+@pytest.mark.parametrize("task_class", list(EXPERTS))
+async def test_prompts_fit_the_tiny_model_context_on_cpu(task_class):
+    """Opening prompts (system + tools + task) and whole expert episodes, in the tiny tokenizer."""
+    from agentrl_ext.models.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    task = task_class()
+    worst_prompt = worst_episode = 0
+    for index in task.split_indices("test")[:30]:
+        played = await play(task, index, EXPERTS[task_class])
+        render = lambda messages, **kw: tokenizer.apply_chat_template(  # noqa: E731
+            messages, tools=task.tools, tokenize=False, **kw
+        )
+        prompt = render(played.messages[:1], add_generation_prompt=True)
+        worst_prompt = max(worst_prompt, len(tokenizer.encode(prompt)))
+        worst_episode = max(worst_episode, len(tokenizer.encode(render(played.messages))))
+        json.dumps(played.messages)  # episodes are plain JSON (SFT rows)
+    # measured with the tiny tokenizer of BUILDER_VERSION 1: 265 / 326 / 313 and 478 / 438 / 745
+    assert worst_prompt <= 340
+    assert worst_episode <= 760
