@@ -123,7 +123,8 @@ def measure(name: str, path: str, args: argparse.Namespace) -> list[Level]:
     for mode in args.modes:  # warm up every path once
         asyncio.run(closed_loop(targets[mode], 2, 2, args, seed=-1))
     for concurrency in args.concurrency:
-        total = max(args.requests, concurrency)
+        # a whole number of requests per client, so the last wave is not a partial batch
+        total = concurrency * -(-args.requests // concurrency)
         for repeat in range(args.repeats):
             # rotate the order so that no mode always runs first (the box is shared and noisy)
             for k in range(len(args.modes)):
@@ -179,7 +180,11 @@ def profile_decode_loop(name: str, path: str, args: argparse.Namespace) -> None:
 
     engine._run = profiled_run  # type: ignore[method-assign]
     concurrency = max(args.concurrency)
-    asyncio.run(closed_loop(server, concurrency, max(args.requests, concurrency), args, seed=concurrency))
+    asyncio.run(
+        closed_loop(
+            server, concurrency, concurrency * -(-args.requests // concurrency), args, seed=concurrency
+        )
+    )
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
     print(f"--- decode-thread profile: {name}, batched, concurrency {concurrency}")
@@ -230,7 +235,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument(
-        "--requests", type=int, default=48, help="requests per run (at least the concurrency)"
+        "--requests",
+        type=int,
+        default=48,
+        help="requests per run (rounded up to a multiple of the concurrency)",
     )
     parser.add_argument("--repeats", type=int, default=2, help="runs per level and mode; the best one counts")
     parser.add_argument("--max-tokens", type=int, default=64, help="new tokens per request")
