@@ -2,8 +2,11 @@
 
 ``bench/controller_load.py`` measures interacts on sessions that are already open. A rollout also
 starts every session and ends it, and those calls cost the controller more (routing, session
-records, metrics). Here each endpoint is measured in its own window, with ``--concurrency``
-closed-loop clients, all on 127.0.0.1 (controller, one echo worker, and this load generator):
+records, metrics). Here each endpoint is measured in its own window, all on 127.0.0.1
+(controller, one echo worker, and this load generator). Requests are offered at a fixed
+``--rate`` (400/s to each version by default): below saturation, and the same load for every
+version compared, since CPU per request falls as load rises (the event loop does more per
+wake-up); ``--rate 0`` runs ``--concurrency`` closed-loop clients as fast as they go instead:
 
 - ``start_sample``: ``--sessions`` sessions started;
 - ``interact``: ``--turns`` echo steps on each of them;
@@ -15,14 +18,15 @@ closed-loop clients, all on 127.0.0.1 (controller, one echo worker, and this loa
 
 Controller CPU comes from /proc/<pid>/stat (user + system) around each window; latencies are the
 load generator's. ``--ref REV`` (repeatable) also runs the controller of git revision REV (exported
-with ``git archive``; the workers stay this checkout's), so versions are compared in one run, on
-the same machine state; runs alternate between versions ``--repeat`` times and the table shows
-medians.
+with ``git archive``; the workers stay this checkout's), so versions are compared in one run:
+all versions run at once, each window offering every controller the same load at the same time
+(so other load on the machine weighs on all of them alike); ``--repeat`` runs, medians shown.
 
 Usage::
 
     .venv/bin/python bench/controller_lifecycle.py                     # this checkout only
     .venv/bin/python bench/controller_lifecycle.py --ref fd03a07       # side by side with fd03a07
+    .venv/bin/python bench/controller_lifecycle.py --rate 0            # closed loop, 20 clients
 
 It prints a table and writes ``bench/results/controller_lifecycle.json``.
 """
@@ -41,6 +45,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from io import BytesIO
 from pathlib import Path
@@ -116,23 +121,48 @@ class Api:
         await self.http.close()
 
 
-async def measure(
+async def measure_window(
     phase: str,
     pid: int,
     jobs: list[Any],
     job: Callable[[Any, list[float]], Awaitable[None]],
     concurrency: int,
+    jobs_per_s: float | None,
 ) -> Window:
-    """Run ``job(item, latencies)`` for every item on ``concurrency`` clients; CPU of ``pid`` around it."""
-    latencies: list[float] = []
-    queue = iter(jobs)
+    """Run ``job(item, latencies)`` for every item; CPU of ``pid`` around it.
 
-    async def client() -> None:
-        for item in queue:
-            await job(item, latencies)
+    ``jobs_per_s``: jobs start at this fixed rate (open loop, at most 1,000 at once); None: on
+    ``concurrency`` closed-loop clients, as fast as the machine allows.
+    """
+    latencies: list[float] = []
+
+    async def closed_loop() -> None:
+        queue = iter(jobs)
+
+        async def client() -> None:
+            for item in queue:
+                await job(item, latencies)
+
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+
+    async def fixed_rate(rate: float) -> None:
+        slots = asyncio.Semaphore(1000)
+        start = time.perf_counter()
+
+        async def run(item: Any) -> None:
+            async with slots:
+                await job(item, latencies)
+
+        tasks = []
+        for position, item in enumerate(jobs):
+            delay = start + position / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(run(item)))
+        await asyncio.gather(*tasks)
 
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(concurrency)))
+    await (closed_loop() if jobs_per_s is None else fixed_rate(jobs_per_s))
     seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
     latencies.sort()
     n = len(latencies)
@@ -173,11 +203,21 @@ def lifecycle(api: Api, turns: int) -> Callable[[Any, list[float]], Awaitable[No
     return job
 
 
-async def run_once(controller_api: str, pid: int, args: argparse.Namespace) -> list[Window]:
-    """Every phase once against a running controller."""
+async def run_once(
+    controller_api: str, pid: int, args: argparse.Namespace, barrier: asyncio.Barrier
+) -> list[Window]:
+    """Every phase once against a running controller; each window starts when every version's
+    run reaches it (``barrier``), so the versions share the machine's state window by window."""
+
+    async def measure(*window: Any) -> Window:
+        await barrier.wait()
+        return await measure_window(*window)
+
     api = Api(controller_api)
     fresh = Api(controller_api, new_connection_per_request=True)
     c, n, turns = args.concurrency, args.sessions, args.turns
+    rate = args.rate or None  # requests/s; a whole session is turns + 2 requests
+    session_rate = rate / (turns + 2) if rate else None
     try:
         warm = [await api.start() for _ in range(c)]
         await asyncio.gather(*(api.cancel(s) for s in warm))
@@ -186,14 +226,14 @@ async def run_once(controller_api: str, pid: int, args: argparse.Namespace) -> l
         async def start(_: Any) -> None:
             started.append(await api.start())
 
-        windows = [await measure("start_sample", pid, list(range(n)), timed(start), c)]
+        windows = [await measure("start_sample", pid, list(range(n)), timed(start), c, rate)]
         steps = [s for _ in range(turns) for s in started]
-        windows.append(await measure("interact", pid, steps, timed(api.step), c))
+        windows.append(await measure("interact", pid, steps, timed(api.step), c, rate))
         half = len(started) // 2
         finish = timed(lambda s: api.step(s, FINISH))
-        windows.append(await measure("interact (ends session)", pid, started[:half], finish, c))
-        windows.append(await measure("cancel", pid, started[half:], timed(api.cancel), c))
-        whole = await measure("lifecycle", pid, list(range(n)), lifecycle(api, turns), c)
+        windows.append(await measure("interact (ends session)", pid, started[:half], finish, c, rate))
+        windows.append(await measure("cancel", pid, started[half:], timed(api.cancel), c, rate))
+        whole = await measure("lifecycle", pid, list(range(n)), lifecycle(api, turns), c, session_rate)
         windows.append(whole)
         per_session = whole.cpu_ms_per_request * whole.requests / n
         windows.append(
@@ -208,9 +248,15 @@ async def run_once(controller_api: str, pid: int, args: argparse.Namespace) -> l
             )
         )
         few = max(c, n // 4)
+        fresh_sessions = lifecycle(fresh, turns)
         windows.append(
             await measure(
-                "lifecycle, new connection per request", pid, list(range(few)), lifecycle(fresh, turns), c
+                "lifecycle, new connection per request",
+                pid,
+                list(range(few)),
+                fresh_sessions,
+                c,
+                session_rate,
             )
         )
         return windows
@@ -233,20 +279,35 @@ def export_revision(rev: str, into: Path) -> Path:
     return target
 
 
-def run_version(label: str, code_dir: Path | None, args: argparse.Namespace, log_dir: Path) -> list[Window]:
-    """Start a controller (of ``code_dir``, else this checkout) and an echo worker; measure; stop."""
-    with EnvServers(log_dir / label.replace(" ", "_")) as servers:
-        controller = servers.controller(idle_timeout=3600, log_level="warning", code_dir=code_dir)
-        servers.worker(
-            controller,
-            ECHO_TASK,
-            task_kwargs={"max_turns": 10**9},
-            concurrency=10 * args.sessions,
-            heartbeat_interval=1.0,
-            log_level="warning",
-        )
-        servers.wait_routable(controller, "echo")
-        return asyncio.run(run_once(controller.api, controller.pid, args))
+def run_versions(
+    versions: dict[str, Path | None], args: argparse.Namespace, log_dir: Path
+) -> dict[str, list[Window]]:
+    """Start one controller (of ``code_dir``, else this checkout) and one echo worker per version,
+    all at once, and measure them side by side: each window offers every controller the same load
+    at the same time. Stops them all."""
+    with ExitStack() as stack:
+        controllers = {}
+        for label, code_dir in versions.items():
+            servers = stack.enter_context(EnvServers(log_dir / label.replace(" ", "_").replace("/", "_")))
+            controller = servers.controller(idle_timeout=3600, log_level="warning", code_dir=code_dir)
+            servers.worker(
+                controller,
+                ECHO_TASK,
+                task_kwargs={"max_turns": 10**9},
+                concurrency=10 * args.sessions,
+                heartbeat_interval=1.0,
+                log_level="warning",
+            )
+            servers.wait_routable(controller, "echo")
+            controllers[label] = controller
+
+        async def measure_all() -> list[list[Window]]:
+            barrier = asyncio.Barrier(len(controllers))
+            return await asyncio.gather(
+                *(run_once(c.api, c.pid, args, barrier) for c in controllers.values())
+            )
+
+        return dict(zip(controllers, asyncio.run(measure_all()), strict=True))
 
 
 def summarize(runs: dict[str, list[list[Window]]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -266,8 +327,9 @@ def print_table(
     table: dict[str, dict[str, dict[str, float]]], labels: list[str], args: argparse.Namespace
 ) -> None:
     print(
-        f"\nController CPU per request, ms (median of {args.repeat}); {args.concurrency} clients, "
-        f"{args.sessions} sessions, {args.turns} echo steps per session; {os.cpu_count()} CPUs, all on 127.0.0.1\n"
+        f"\nController CPU per request, ms (median of {args.repeat}); "
+        + (f"{args.rate:g} requests/s offered" if args.rate else f"{args.concurrency} closed-loop clients")
+        + f", {args.sessions} sessions, {args.turns} echo steps per session; {os.cpu_count()} CPUs, all on 127.0.0.1\n"
     )
     header = f"{'endpoint':40s}" + "".join(f"{label[:22]:>24s}" for label in labels)
     if len(labels) > 1:
@@ -295,8 +357,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--ref", action="append", default=[], help="also run the controller of this git revision"
     )
-    parser.add_argument("--concurrency", type=int, default=20, help="closed-loop clients")
-    parser.add_argument("--sessions", type=int, default=3000, help="sessions per phase")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=400.0,
+        help="offered requests/s in every window (fixed rate, so versions are compared at the same load); "
+        "0: closed loop, as fast as --concurrency clients go",
+    )
+    parser.add_argument("--concurrency", type=int, default=20, help="closed-loop clients (with --rate 0)")
+    parser.add_argument("--sessions", type=int, default=1500, help="sessions per phase")
     parser.add_argument("--turns", type=int, default=3, help="echo steps per session")
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs per version (alternating); medians reported"
@@ -314,8 +383,7 @@ def main(argv: list[str] | None = None) -> None:
             versions[rev] = export_revision(rev, Path(tmp))
         runs: dict[str, list[list[Window]]] = {label: [] for label in versions}
         for repeat in range(args.repeat):
-            for label, code_dir in versions.items():
-                windows = run_version(label, code_dir, args, Path(tmp) / f"logs-{repeat}")
+            for label, windows in run_versions(versions, args, Path(tmp) / f"logs-{repeat}").items():
                 runs[label].append(windows)
                 print(
                     f"[{repeat + 1}/{args.repeat}] {label}: "

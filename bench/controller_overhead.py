@@ -1,0 +1,205 @@
+"""The controller's own CPU per request, in process: its HTTP layer and logic without sockets.
+
+A cross-check of ``bench/controller_lifecycle.py`` that other load on the machine hardly moves:
+the controller's ASGI app is called directly (no server, no network), with the worker calls
+answered by a stub, for every step of a session's lifecycle (start_sample, interact, the
+interact that ends the session, cancel). What is left out (uvicorn's HTTP parsing, the sockets,
+the aiohttp call to the worker) is the same code whatever the controller's HTTP layer.
+
+``--ref REV`` (repeatable) also measures the controller of git revision REV, each version in its
+own process; the best of ``--repeat`` rounds is reported, in µs of process CPU per request.
+
+Usage::
+
+    .venv/bin/python bench/controller_overhead.py --ref fd03a07
+
+Writes ``bench/results/controller_overhead.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CURRENT = "this checkout"
+
+
+def _step(name: str, arguments: str) -> bytes:
+    call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}
+    return json.dumps({"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}).encode()
+
+
+ECHO, FINISH = _step("echo", '{"text": "ping"}'), _step("finish", '{"answer": "done-0"}')
+START = b'{"name": "echo", "index": 0}'
+OPENING = json.dumps(
+    {
+        "messages": [{"role": "system", "content": "Use the echo tool."}, {"role": "user", "content": "Go."}],
+        "tools": [{"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}],
+        "status": "running",
+        "finish": False,
+        "reward": 0.0,
+        "metric": {},
+    }
+).encode()
+
+
+def _turn(session_id: int, finish: bool) -> bytes:
+    env_out = {
+        "messages": [{"role": "tool", "tool_call_id": "c1", "content": "ping"}],
+        "status": "completed" if finish else "running",
+        "finish": finish,
+        "reward": float(finish),
+        "metric": {},
+    }
+    return json.dumps({"session_id": session_id, "env_out": env_out}).encode()
+
+
+async def stub_worker(
+    method: str, address: str, path: str, body: bytes | None, timeout_s: float
+) -> tuple[int, bytes]:
+    """What an echo worker answers, without the worker."""
+    if path == "/start_sample":
+        return 200, OPENING
+    if path == "/interact":
+        assert body is not None
+        return 200, _turn(json.loads(body)["session_id"], b'"finish"' in body)
+    return 200, b"{}"
+
+
+async def call(app: Any, path: str, body: bytes, session_id: int | None = None) -> dict[str, Any]:
+    """One POST straight into the ASGI app."""
+    headers = [
+        (b"host", b"x"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if session_id is not None:
+        headers.append((b"session_id", str(session_id).encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    answer: dict[str, Any] = {}
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop() if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answer.update(status=message["status"], headers=dict(message["headers"]))
+
+    await app(scope, receive, send)
+    assert answer["status"] == 200, (path, answer)
+    return answer
+
+
+async def measure(sessions: int, rounds: int) -> dict[str, float]:
+    """Best of ``rounds``: µs of process CPU per request, per endpoint (run inside the version's process)."""
+    from agentrl_ext.env.controller import ControllerConfig, ControllerService, create_app
+    from agentrl_ext.env.protocol import HeartbeatRequest
+
+    service = ControllerService(ControllerConfig())
+    service.upstream.request = stub_worker  # type: ignore[method-assign]
+    app = create_app(service=service)
+    await service.start()
+    beat = HeartbeatRequest(
+        name="echo", address="http://stub/api", concurrency=10**6, indices=list(range(100))
+    )
+    await service.receive_heartbeat(beat)
+    best: dict[str, float] = {}
+
+    async def timed(name: str, calls: list[tuple[str, bytes, int | None]]) -> list[dict[str, Any]]:
+        t0 = time.process_time()
+        answers = [await call(app, *c) for c in calls]
+        best[name] = min(best.get(name, float("inf")), (time.process_time() - t0) / len(calls) * 1e6)
+        return answers
+
+    for _ in range(rounds):
+        started = await timed("start_sample", [("/api/start_sample", START, None)] * sessions)
+        ids = [int(a["headers"][b"session_id"]) for a in started]
+        await timed("interact", [("/api/interact", ECHO, s) for _ in range(3) for s in ids])
+        half = len(ids) // 2
+        await timed("interact (ends session)", [("/api/interact", FINISH, s) for s in ids[:half]])
+        await timed("cancel", [("/api/cancel", b"", s) for s in ids[half:]])
+    await service.stop()
+    return {name: round(value, 1) for name, value in best.items()}
+
+
+def run_version(code_dir: Path | None, args: argparse.Namespace) -> dict[str, float]:
+    """Measure in a fresh process that imports ``agentrl_ext`` from ``code_dir`` (else this checkout)."""
+    root = str(code_dir or REPO)
+    program = (
+        f"import sys; sys.path.insert(0, {root!r}); sys.path.insert(1, {str(Path(__file__).parent)!r})\n"
+        "import agentrl_ext, asyncio, json, controller_overhead as bench\n"
+        f"assert agentrl_ext.__file__.startswith({root!r}), agentrl_ext.__file__\n"
+        f"print(json.dumps(asyncio.run(bench.measure({args.sessions}, {args.repeat}))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, cwd=root, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"measuring {root} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    from controller_lifecycle import export_revision
+
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--ref", action="append", default=[], help="also measure the controller of this git revision"
+    )
+    parser.add_argument("--sessions", type=int, default=3000, help="sessions per round")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds; the best is reported")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "controller_overhead.json")
+    args = parser.parse_args(argv)
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="controller-overhead-") as tmp:
+        versions: dict[str, Path | None] = {CURRENT: None}
+        for rev in args.ref:
+            versions[rev] = export_revision(rev, Path(tmp))
+        for label, code_dir in versions.items():
+            results[label] = run_version(code_dir, args)
+    labels = list(results)
+    print("\nController CPU per request in process (no sockets; worker stubbed), µs, best of", args.repeat)
+    print(
+        f"{'endpoint':28s}"
+        + "".join(f"{label[:16]:>18s}" for label in labels)
+        + ("  change" if len(labels) > 1 else "")
+    )
+    for endpoint in results[CURRENT]:
+        values = [results[label][endpoint] for label in labels]
+        change = f"  {values[0] - values[1]:+.1f}" if len(values) > 1 else ""
+        print(f"{endpoint:28s}" + "".join(f"{v:>18.1f}" for v in values) + change)
+    report = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "settings": vars(args) | {"out": str(args.out)},
+        "us_per_request": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
