@@ -313,3 +313,34 @@ def test_inverse_cdf_sampler_matches_probabilities_on_cpu(monkeypatch):
     # a draw that rounds up to the total mass must still land on a token with probability > 0
     monkeypatch.setattr(hf_decoding.torch, "rand", lambda *shape: torch.ones(*shape))
     assert hf_decoding._inverse_cdf_sample(probs).tolist() == [3, 3]
+
+
+def test_concurrent_requests_to_the_ray_actor_are_batched_on_cpu():
+    """As deployed: a Ray async actor (its own event loop) with concurrent generate calls."""
+    import ray
+    from verl.workers.config import HFModelConfig, RolloutConfig
+
+    config = RolloutConfig(
+        name="hf", dtype="float32", prompt_length=48, response_length=24, tensor_model_parallel_size=1
+    )
+    model_config = HFModelConfig(path=str(tiny_model_path()))
+    params = dict(temperature=0.8, max_tokens=12, ignore_eos=True, seed=9)
+    prompt = _prompt(12)
+    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    try:
+        actor = (
+            ray.remote(HFRolloutServer)
+            .options(max_concurrency=64)
+            .remote(config=config, model_config=model_config)
+        )
+        alone = ray.get(actor.generate.remote(prompt_ids=prompt, sampling_params=params, request_id="alone"))
+        refs = [
+            actor.generate.remote(prompt_ids=p, sampling_params=kw, request_id=f"r{i}")
+            for i, (p, kw) in enumerate(OTHERS + [(prompt, params)])
+        ]
+        batched = ray.get(refs)[-1]
+        stats = ray.get(actor.__ray_call__.remote(lambda self: dict(self.engine.stats)))
+    finally:
+        ray.shutdown()
+    _assert_same(batched, alone)
+    assert stats["max_rows"] > 1, "concurrent calls to the actor were decoded one at a time"
