@@ -237,8 +237,12 @@ class EnvOutput(_Model):
     error: str | None = None
 
     def to_interact_response(self) -> InteractResponse:
-        """The controller-side shape of the same answer (``metric`` becomes ``metrics``)."""
-        return InteractResponse(
+        """The controller-side shape of the same answer (``metric`` becomes ``metrics``).
+
+        Built without validating again: every field was validated as part of this model (the
+        controller relays every agent step, and re-checking the messages is its costliest part).
+        """
+        return InteractResponse.model_construct(
             messages=self.messages,
             tools=self.tools,
             finish=self.finish,
