@@ -6,8 +6,9 @@ answered by a stub, for every step of a session's lifecycle (start_sample, inter
 interact that ends the session, cancel). What is left out (uvicorn's HTTP parsing, the sockets,
 the aiohttp call to the worker) is the same code whatever the controller's HTTP layer.
 
-``--ref REV`` (repeatable) also measures the controller of git revision REV, each version in its
-own process; the best of ``--repeat`` rounds is reported, in µs of process CPU per request.
+``--ref REV`` (repeatable) also measures the controller of git revision REV; all versions run at
+the same time, each in its own process; the best of ``--repeat`` rounds is reported, in µs of
+process CPU per request.
 
 Usage::
 
@@ -143,8 +144,8 @@ async def measure(sessions: int, rounds: int) -> dict[str, float]:
     return {name: round(value, 1) for name, value in best.items()}
 
 
-def run_version(code_dir: Path | None, args: argparse.Namespace) -> dict[str, float]:
-    """Measure in a fresh process that imports ``agentrl_ext`` from ``code_dir`` (else this checkout)."""
+def start_version(code_dir: Path | None, args: argparse.Namespace) -> subprocess.Popen[str]:
+    """Start measuring in a fresh process that imports ``agentrl_ext`` from ``code_dir`` (else this checkout)."""
     root = str(code_dir or REPO)
     program = (
         f"import sys; sys.path.insert(0, {root!r}); sys.path.insert(1, {str(Path(__file__).parent)!r})\n"
@@ -152,12 +153,16 @@ def run_version(code_dir: Path | None, args: argparse.Namespace) -> dict[str, fl
         f"assert agentrl_ext.__file__.startswith({root!r}), agentrl_ext.__file__\n"
         f"print(json.dumps(asyncio.run(bench.measure({args.sessions}, {args.repeat}))))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, cwd=root, check=False
+    return subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"measuring {root} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def result_of(label: str, process: subprocess.Popen[str]) -> dict[str, float]:
+    out, err = process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"measuring {label} failed:\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -178,8 +183,9 @@ def main(argv: list[str] | None = None) -> None:
         versions: dict[str, Path | None] = {CURRENT: None}
         for rev in args.ref:
             versions[rev] = export_revision(rev, Path(tmp))
-        for label, code_dir in versions.items():
-            results[label] = run_version(code_dir, args)
+        # All versions at once (one process each), so other load on the machine weighs on all alike.
+        running = {label: start_version(code_dir, args) for label, code_dir in versions.items()}
+        results = {label: result_of(label, process) for label, process in running.items()}
     labels = list(results)
     print("\nController CPU per request in process (no sockets; worker stubbed), µs, best of", args.repeat)
     print(
