@@ -52,10 +52,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from controller_load import cpu_seconds
 
 from agentrl_ext.testing.env_servers import ECHO_TASK, REPO, EnvServers
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 CURRENT = "this checkout"
 
 
@@ -68,12 +68,6 @@ ECHO = _step("echo", '{"text": "ping"}')
 FINISH = _step("finish", '{"answer": "done-0"}')
 START = json.dumps({"name": "echo", "index": 0}).encode()
 JSON = {"content-type": "application/json"}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 @dataclass
