@@ -19,6 +19,8 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from agentrl_ext.env.client import DEFAULT_TIMEOUT_S
+
 #: the environment variable that sets ``agentrl.cache_dir`` when the config leaves it unset
 CACHE_DIR_ENV = "AGENTRL_CACHE_DIR"
 DEFAULT_CACHE_DIR = ".cache/agentrl"
@@ -54,8 +56,9 @@ class AgentLoopConfig:
     tool_format: str = "hermes"
     #: attempts for a session start / interact on transport errors (then the sample is dropped)
     env_attempts: int = 3
-    #: seconds one environment call may take
-    env_timeout_s: float = 600.0
+    #: seconds one environment call may take: longer than the controller's own bounds (120 s for a
+    #: worker's answer, ~26 s to declare a hung worker lost), so its ``task error`` and reason arrive first
+    env_timeout_s: float = DEFAULT_TIMEOUT_S
     #: retries of a generation that came back aborted (e.g. the server was paused for a weight
     #: update); its partial tokens are discarded, and after the last retry the episode is dropped
     abort_retries: int = 2

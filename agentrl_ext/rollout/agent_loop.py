@@ -244,6 +244,14 @@ class AgentRLAgentLoop(AgentLoopBase):
                 FailureKind.ENV_TRANSPORT, f"start_sample failed: {exc}", SampleStatus.TASK_ERROR
             ) from exc
         state.session_id = start.session_id
+        if start.response.finish or start.response.status.finished:
+            # the controller ended the session at once (e.g. its worker hung or was lost while starting)
+            status = start.response.status
+            raise EpisodeFailed(
+                FailureKind.ENV_STATUS,
+                f"start_sample ended the session with {status.value!r}: {start.response.error}",
+                status if status in ENV_FAILURE_STATUSES else SampleStatus.TASK_ERROR,
+            )
         state.messages, state.tools = list(start.response.messages), start.response.tools
         state.transcript = Transcript(
             prompt_ids=render(self.tokenizer, state.messages, state.tools, add_generation_prompt=True)

@@ -197,8 +197,14 @@ def _dataset_tasks(config: DictConfig) -> set[str]:
     return tasks
 
 
-def check_environment(config: DictConfig, agentrl: AgentRLConfig, timeout_s: float = 10.0) -> None:
-    """When the agentrl agent loop will run: the controller answers and serves every task of the data."""
+def check_environment(
+    config: DictConfig, agentrl: AgentRLConfig, timeout_s: float = 10.0, rejoin_wait_s: float = 12.0
+) -> None:
+    """When the agentrl agent loop will run: the controller answers and serves every task of the data.
+
+    A controller that just restarted learns its workers again from their next heartbeats (every
+    8 s): a missing task is asked again for up to ``rejoin_wait_s`` before it is an error.
+    """
     tasks = _dataset_tasks(config)
     if not tasks:
         return
@@ -208,21 +214,29 @@ def check_environment(config: DictConfig, agentrl: AgentRLConfig, timeout_s: flo
             f"the dataset has agentrl episodes (tasks {sorted(tasks)}) but agentrl.agent_loop.controller_url is "
             f"not set; start agentrl-controller and set e.g. agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api"
         )
+    import time
+
     import httpx
 
-    try:
-        workers = httpx.get(f"{url.rstrip('/')}/list_workers", timeout=timeout_s).json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise ConnectionError(
-            f"agentrl.agent_loop.controller_url={url} does not answer ({type(exc).__name__}: {exc}); "
-            f"start agentrl-controller there or fix the URL"
-        ) from exc
-    missing = sorted(t for t in tasks if not any(w.get("healthy") for w in workers.get(t, [])))
-    if missing:
-        raise LookupError(
-            f"the controller at {url} has no healthy worker for task(s) {missing} named by the dataset's "
-            f"data_source; it serves {sorted(workers)}. Start their task workers (agentrl-task-worker ...)."
-        )
+    deadline = time.monotonic() + rejoin_wait_s
+    while True:
+        try:
+            workers = httpx.get(f"{url.rstrip('/')}/list_workers", timeout=timeout_s).json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ConnectionError(
+                f"agentrl.agent_loop.controller_url={url} does not answer ({type(exc).__name__}: {exc}); "
+                f"start agentrl-controller there or fix the URL"
+            ) from exc
+        missing = sorted(t for t in tasks if not any(w.get("healthy") for w in workers.get(t, [])))
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            raise LookupError(
+                f"the controller at {url} has no healthy worker for task(s) {missing} named by the dataset's "
+                f"data_source; it serves {sorted(workers)}. Start their task workers (agentrl-task-worker ...)."
+            )
+        logger.info("waiting for task workers of %s to (re)join the controller at %s", missing, url)
+        time.sleep(1.0)
 
 
 _preflighted: set[int] = set()

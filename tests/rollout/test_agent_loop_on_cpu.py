@@ -108,12 +108,15 @@ class FakeController:
 
     def __init__(self, answers: list[Any], start_error: Exception | None = None) -> None:
         self.answers, self.start_error = list(answers), start_error
+        self.start_answer: InteractResponse | None = None
         self.received: list[list[dict[str, Any]]] = []
         self.cancelled: list[int] = []
 
     async def start_sample(self, name: str, index: Any) -> StartedSample:
         if self.start_error is not None:
             raise self.start_error
+        if self.start_answer is not None:
+            return StartedSample(session_id=SESSION, response=self.start_answer)
         return StartedSample(session_id=SESSION, response=InteractResponse(messages=OPENING, tools=TOOLS))
 
     async def interact(self, session_id: int, messages: list[dict[str, Any]]) -> InteractResponse:
@@ -456,3 +459,13 @@ def test_pooled_controller_clients_are_closed_at_exit_on_cpu():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "registered 1" in proc.stdout
     assert "Unclosed" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_start_sample_that_ends_the_session_drops_sample_on_cpu(tokenizer, monkeypatch):
+    # the controller answers start_sample with a finished task error (its worker hung while starting)
+    controller = FakeController([])
+    controller.start_answer = finish(SampleStatus.TASK_ERROR, reward=0.0, error="worker was lost")
+    model = ScriptedModel(tokenizer, [])
+    out = _run(_loop(tokenizer, model), controller, monkeypatch)
+    _assert_dropped(out, "env_status", "task error", "worker was lost")
+    assert model.prompts == [] and controller.cancelled == []  # nothing generated, nothing to cancel

@@ -236,7 +236,7 @@ def test_task_without_worker_is_named_on_cpu(tmp_path):
         with pytest.raises(
             LookupError, match=r"no healthy worker for task\(s\) \['digits'\].*serves \['letters'\]"
         ):
-            check_environment(config, AgentRLConfig.from_config(config.agentrl))
+            check_environment(config, AgentRLConfig.from_config(config.agentrl), rejoin_wait_s=2)
         good = _agentrl_config(tmp_path, servers.controller_url, ["letters"])
         check_environment(good, AgentRLConfig.from_config(good.agentrl))
 
@@ -297,3 +297,23 @@ def test_rows_without_sample_index_are_named_before_ray_on_cpu(tmp_path):
         ValueError, match=r"1 row\(s\) for the agentrl agent loop lack extra_info.sample_index"
     ):
         check_environment(config, AgentRLConfig.from_config(config.agentrl), timeout_s=1)
+
+
+def test_environment_check_waits_for_workers_to_rejoin_on_cpu(tmp_path):
+    import threading
+
+    from agentrl_ext.testing.env_servers import EnvServers
+    from agentrl_ext.trainer.main import check_environment
+
+    with EnvServers(tmp_path / "logs") as servers:
+        controller = servers.controller()
+        config = _agentrl_config(tmp_path, controller.api, ["letters"])
+        # the worker joins a few seconds after the check starts, as after a controller restart
+        late = threading.Timer(
+            2.0, servers.worker, args=(controller, "agentrl_ext.envs.letters.task:LettersTask")
+        )
+        late.start()
+        try:
+            check_environment(config, AgentRLConfig.from_config(config.agentrl), rejoin_wait_s=30)
+        finally:
+            late.join()
