@@ -126,7 +126,9 @@ def test_rounding_noise_counts_as_equal_on_cpu():
 def test_single_sample_groups_on_cpu():
     # A group of one has no baseline: as in verl its advantage is its reward (mean 0, std 1), and the
     # task normalization then centres the task. Equal lone rewards are a flat task: 0.
-    data, uids, tasks = _batch([("a", "os", [1.0]), ("b", "os", [0.0]), ("c", "kg", [-0.2]), ("d", "kg", [-0.2])])
+    data, uids, tasks = _batch(
+        [("a", "os", [1.0]), ("b", "os", [0.0]), ("c", "kg", [-0.2]), ("d", "kg", [-0.2])]
+    )
     mask = data.batch["response_mask"]
     per_sample = _per_sample(_advantages(data, uids, tasks), mask)
     assert per_sample[2:] == [0.0, 0.0]
