@@ -187,7 +187,8 @@ def describe_keys(klass: type = AgentRLConfig, prefix: str = "agentrl") -> list[
     comments: dict[str, str] = {}
     for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            doc, row = [], node.lineno - 2
+            doc: list[str] = []
+            row = node.lineno - 2
             while row >= 0 and lines[row].strip().startswith("#:"):
                 doc.insert(0, lines[row].strip()[2:].strip())
                 row -= 1
