@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{endpoint:28s}" + "".join(f"{v:>18.1f}" for v in values) + change)
     report = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "settings": vars(args) | {"out": str(args.out)},
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "us_per_request": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
