@@ -141,21 +141,10 @@ class AgentRLConfig:
             merged = OmegaConf.merge(schema, node if node is not None else {})
             obj = OmegaConf.to_object(merged)
         except OmegaConfBaseException as exc:
-            known = _known_keys(cls)
+            known = [key for key, _default, _meaning in describe_keys(cls)]
             raise ValueError(f"invalid agentrl config: {exc}\nknown keys: {', '.join(known)}") from exc
         assert isinstance(obj, cls)
         return obj
-
-
-def _known_keys(klass: type, prefix: str = "agentrl") -> list[str]:
-    out = []
-    for name, value in OmegaConf.structured(klass).items():
-        if isinstance(value, DictConfig):
-            sub = getattr(klass, "__dataclass_fields__")[name].default_factory  # noqa: B009
-            out += _known_keys(sub, f"{prefix}.{name}")
-        else:
-            out.append(f"{prefix}.{name}")
-    return out
 
 
 _typed: dict[int, tuple[Any, AgentRLConfig]] = {}

@@ -58,10 +58,12 @@ def _agent_loop() -> None:
 def _estimator() -> None:
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
-    if "task_norm_grpo" in ADV_ESTIMATOR_REGISTRY:
+    from agentrl_ext.algos.task_context import ESTIMATOR_NAME
+
+    if ESTIMATOR_NAME in ADV_ESTIMATOR_REGISTRY:
         return
 
-    @register_adv_est("task_norm_grpo")
+    @register_adv_est(ESTIMATOR_NAME)
     def task_norm_grpo(**kwargs: Any) -> Any:
         from agentrl_ext.algos.task_norm import task_norm_grpo_estimator
 

@@ -205,6 +205,18 @@ def _expected(ids, *pieces: tuple[str, Any]) -> tuple[list[int], list[int]]:
     return response, mask
 
 
+def _three_turns(ids) -> tuple[list[int], list[int]]:
+    """The expected response of the scripted episode ls -> "a b c" -> wc -> "3" -> answer."""
+    return _expected(
+        ids,
+        ("model", ids.turn(CALL_LS)),
+        ("glue", tool_turn("a b c")),
+        ("model", ids.turn(CALL_WC)),
+        ("glue", tool_turn("3")),
+        ("model", ids.turn(ANSWER)),
+    )
+
+
 def _assert_dropped(out: Any, kind: str, status: str, reason: str) -> None:
     info = out.extra_fields["agentrl"]
     assert out.response_mask == [0] and out.reward_score == 0.0
@@ -221,14 +233,7 @@ def test_finish_completed_tokens_mask_and_turn_fields_on_cpu(tokenizer, ids, mon
     out = _run(_loop(tokenizer, model), controller, monkeypatch)
 
     g1, g2, g3 = ids.turn(CALL_LS), ids.turn(CALL_WC), ids.turn(ANSWER)
-    response, mask = _expected(
-        ids,
-        ("model", g1),
-        ("glue", tool_turn("a b c")),
-        ("model", g2),
-        ("glue", tool_turn("3")),
-        ("model", g3),
-    )
+    response, mask = _three_turns(ids)
     prompt = ids(PROMPT_TEXT)
     assert out.prompt_ids == prompt
     assert out.response_ids == response
@@ -379,14 +384,7 @@ def test_aborted_generation_is_retried_and_counted_on_cpu(tokenizer, ids, monkey
     model = ScriptedModel(tokenizer, [CALL_LS, ABORT, CALL_WC, ANSWER], abort_reason=reason)
     out = _run(_loop(tokenizer, model), controller, monkeypatch)
     g1, g2, g3 = ids.turn(CALL_LS), ids.turn(CALL_WC), ids.turn(ANSWER)
-    response, mask = _expected(
-        ids,
-        ("model", g1),
-        ("glue", tool_turn("a b c")),
-        ("model", g2),
-        ("glue", tool_turn("3")),
-        ("model", g3),
-    )
+    response, mask = _three_turns(ids)
     # the aborted attempt's partial tokens are discarded and the same context is generated again
     assert (out.response_ids, out.response_mask) == (response, mask)
     assert model.prompts[1] == model.prompts[2]
