@@ -49,15 +49,14 @@ def apply_cpu_defaults(config: DictConfig, explicit: set[str] | frozenset[str] =
             "ray_kwargs.ray_init.num_cpus",
             wanted,
             f"Ray schedules verl's actors on logical CPUs and needs at least {MIN_RAY_CPUS}, whatever the cores",
-            works=num_cpus is not None and num_cpus >= MIN_RAY_CPUS,
+            works=False,
         )
     if config.actor_rollout_ref.rollout.name == "hf":
-        tp = config.actor_rollout_ref.rollout.tensor_model_parallel_size
         change(
             "actor_rollout_ref.rollout.tensor_model_parallel_size",
             1,
             "the HF rollout server is one process",
-            tp == 1,
+            works=False,
         )
     units = config.transfer_queue.backend.SimpleStorage.num_data_storage_units
     if units == 8:  # verl's GPU default hangs on a 2-core machine
