@@ -18,9 +18,9 @@ from agentrl_ext.data import store
 from agentrl_ext.data.cli import main as agentrl_data
 from agentrl_ext.data.fetch import fetch_file
 from agentrl_ext.data.manifest import FILES, DataFile, Source
-from agentrl_ext.testing.env_servers import REPO
+from agentrl_ext.testing.vendored_data import vendored_data_dir
 
-SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = vendored_data_dir()
 needs_copy = pytest.mark.skipif(
     not (SHARED_DATA / "SHA256SUMS").is_file(), reason=f"no vendored data copy at {SHARED_DATA}"
 )

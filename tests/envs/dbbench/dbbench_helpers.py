@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from agentrl_ext.testing.env_servers import REPO
+from agentrl_ext.testing.vendored_data import vendored_data_dir
 
-SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = vendored_data_dir()
 MARIADB_SCRIPT = REPO / "scripts" / "mariadb.sh"
 DBBENCH_TASK = "agentrl_ext.envs.dbbench.task:DBBenchTask"
 
