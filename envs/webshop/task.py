@@ -1,0 +1,199 @@
+"""``webshop``: WebShop (1000-product mode) with AgentBench-FC's tools, as a task worker.
+
+The agent shops for the goal's instruction with ``search_action(keywords)`` and
+``click_action(value)``; at most ``max_round`` (20) agent steps. The first call of a step runs as
+WebShop's ``search[keywords]`` / ``click[value]`` (:mod:`.env`) and is answered with AgentBench's
+tool message ``Action: ...\\n\\nObservation:\\n...\\n\\nAvailable Actions:\\n...``. ``Buy Now``
+ends the episode: status ``completed``, reward = WebShop's purchase reward in [0, 1]
+(:mod:`.reward`).
+
+Statuses: ``completed`` after a purchase; ``task limit reached`` after ``max_round`` steps
+without one (reward 0, the last call answered ``Task limit reached.``). A click on a value that
+is not clickable, a search with empty keywords, or a click on ``search``: WebShop does nothing,
+the tool message shows the same page, the episode goes on (``running``) and the step counts.
+Invalid steps, with ``on_invalid_action="end"`` (default, the SDK's policy): no tool call,
+arguments that are not a JSON object, or a call without an argument -> ``agent validation
+failed``; an unknown tool -> ``agent invalid action``. With ``on_invalid_action="feedback"``
+(AgentBench's own behaviour) the agent gets AgentBench's message instead and the step counts.
+
+    python -m agentrl_ext.env.worker agentrl_ext.envs.webshop.task:WebShopTask \\
+        --controller http://127.0.0.1:5020/api --task-kwargs '{"split": "test"}'
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agentrl_ext.env.protocol import SampleIndex, SampleStatus, TaskOutput
+from agentrl_ext.env.worker import InvalidAction, SampleResult, Session, Task
+from agentrl_ext.env.worker.actions import AgentAction
+
+from . import prompts
+from .catalogue import load_catalogue
+from .env import Episode, Shop
+from .goals import Goal, split_goals
+
+logger = logging.getLogger(__name__)
+
+INVALID_ACTION_POLICIES = ("end", "feedback")
+SPLIT_ALIASES = {"std": "test", "standard": "test", "env_train": "train"}
+
+
+class WebShopTask(Task):
+    """WebShop in 1000-product mode with AgentBench-FC's tools.
+
+    Args:
+        split: ``test`` (evaluation) or ``train`` (see :mod:`.goals`).
+        data_dir: the data directory (default: ``$AGENTRL_DATA_DIR`` or the XDG default).
+        seed: seeds the split, the goals' price bounds and range prices.
+        test_fraction: share of the products (with goals) held out for ``test``.
+        test_goals_per_product: synthetic goals per test product (all its human goals too).
+        max_round: agent steps per episode (AgentBench-FC: 20).
+        on_invalid_action: ``end`` or ``feedback`` (see the module docstring).
+        limit: serve only the first ``limit`` goals (smoke tests).
+    """
+
+    name = "webshop"
+    tools = prompts.TOOLS
+    concurrency = 64
+
+    def __init__(
+        self,
+        split: str = "test",
+        data_dir: str | Path | None = None,
+        seed: int = 0,
+        test_fraction: float = 0.2,
+        test_goals_per_product: int = 3,
+        max_round: int = 20,
+        on_invalid_action: str = "end",
+        limit: int | None = None,
+        **overrides: Any,
+    ) -> None:
+        super().__init__(**overrides)
+        if on_invalid_action not in INVALID_ACTION_POLICIES:
+            raise ValueError(
+                f"WebShopTask on_invalid_action={on_invalid_action!r}; expected one of {INVALID_ACTION_POLICIES}"
+            )
+        if max_round < 1:
+            raise ValueError(f"WebShopTask max_round must be >= 1, got {max_round}")
+        self.split = SPLIT_ALIASES.get(split, split)
+        self.max_round = max_round
+        self.on_invalid_action = on_invalid_action
+        catalogue = load_catalogue(data_dir, seed)
+        goals = split_goals(catalogue, self.split, seed, test_fraction, test_goals_per_product)
+        self.goals: list[Goal] = goals[:limit] if limit is not None else goals
+        self.shop = Shop(catalogue)
+        logger.info(
+            "webshop: %d %s goals over %d products (seed %d)",
+            len(self.goals),
+            self.split,
+            len(catalogue.products),
+            seed,
+        )
+
+    def get_indices(self) -> list[SampleIndex]:
+        return list(range(len(self.goals)))
+
+    def goal(self, index: SampleIndex) -> Goal:
+        """The goal of sample ``index``; IndexError naming the range."""
+        position = int(index)
+        if not 0 <= position < len(self.goals):
+            raise IndexError(f"webshop index {index!r} out of range 0..{len(self.goals) - 1}")
+        return self.goals[position]
+
+    async def start_sample(self, index: SampleIndex, session: Session) -> SampleResult:
+        goal = self.goal(index)
+        episode = Episode(self.shop, goal)
+        session.inject(
+            {"role": "system", "content": prompts.SYSTEM_PROMPT},
+            {
+                "role": "user",
+                "content": prompts.initial_message(episode.observation, episode.available_actions()),
+            },
+        )
+        call_id: str | None = None
+        for round_number in range(1, self.max_round + 1):
+            action = await session.action(validate=self.on_invalid_action == "end")
+            command = self._command(action)
+            if command is None:  # only in "feedback" mode
+                self._feedback(session, episode, action)
+                continue
+            call, *others = action.tool_calls
+            call_id = call.id
+            _, done = episode.step(command)
+            for other in others:
+                session.inject({"role": "tool", "tool_call_id": other.id, "content": prompts.NOT_EXECUTED})
+            if done:
+                return self._result(episode, index, goal)
+            if round_number < self.max_round:
+                content = prompts.action_message(command, episode.observation, episode.available_actions())
+                session.inject({"role": "tool", "tool_call_id": call.id, "content": content})
+        if call_id is not None:
+            session.inject({"role": "tool", "tool_call_id": call_id, "content": prompts.TASK_LIMIT_REACHED})
+        else:
+            session.inject({"role": "user", "content": prompts.TASK_LIMIT_REACHED})
+        return SampleResult(
+            SampleStatus.TASK_LIMIT_REACHED,
+            reward=0.0,
+            metrics={"steps": self.max_round, **episode.counts},
+            result={"reward": 0.0, "index": int(index), "kind": goal.kind, "goal_asin": goal.asin},
+        )
+
+    def _command(self, action: AgentAction) -> str | None:
+        """WebShop's action text for the step's first call (its first argument value, as AgentBench
+        takes it); None when the step cannot run ("feedback" mode only, else InvalidAction)."""
+        if action.problem is not None or not action.tool_calls:
+            return None
+        call = action.tool_calls[0]
+        if not call.arguments:
+            if self.on_invalid_action == "feedback":
+                return None
+            wanted = "keywords" if call.name == prompts.SEARCH_ACTION else "value"
+            raise InvalidAction(
+                SampleStatus.AGENT_VALIDATION_FAILED, f"tool call {call.name!r} has no {wanted!r} argument"
+            )
+        value = next(iter(call.arguments.values()))
+        verb = "search" if call.name == prompts.SEARCH_ACTION else "click"
+        return f"{verb}[{value}]"
+
+    def _feedback(self, session: Session, episode: Episode, action: AgentAction) -> None:
+        """AgentBench's answers to a step it cannot run (``on_invalid_action="feedback"``); each
+        call is answered by a tool message so that the history stays valid OpenAI format."""
+        observation = episode.observation
+        if not action.tool_calls:
+            observation = prompts.NO_TOOL_CALL
+        for call in action.tool_calls:
+            session.inject({"role": "tool", "tool_call_id": call.id, "content": prompts.NO_VALID_TOOL_CALL})
+        session.inject(
+            {"role": "user", "content": prompts.observation_message(observation, episode.available_actions())}
+        )
+
+    def _result(self, episode: Episode, index: SampleIndex, goal: Goal) -> SampleResult:
+        assert episode.reward is not None
+        parts = episode.reward
+        return SampleResult(
+            SampleStatus.COMPLETED,
+            reward=parts.reward,
+            metrics={**parts.metrics(), **episode.counts, "success": float(parts.reward == 1.0)},
+            result={
+                "reward": parts.reward,
+                "index": int(index),
+                "kind": goal.kind,
+                "goal_asin": goal.asin,
+                "asin": episode.asin,
+                "options": dict(episode.options),
+            },
+        )
+
+    def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
+        """The default summary plus AgentBench's mean ``reward`` and the share scoring 1."""
+        overall = super().calculate_overall(results)
+        rewards = [float(r.result.get("reward", 0.0)) for r in results if isinstance(r.result, dict)]
+        overall["reward"] = sum(rewards) / len(rewards) if rewards else 0.0
+        overall["success_rate"] = sum(r == 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+        kinds = Counter(str(r.result.get("kind")) for r in results if isinstance(r.result, dict))
+        overall["goals_by_kind"] = dict(kinds)
+        return overall
