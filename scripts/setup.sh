@@ -35,8 +35,8 @@ fi
 # verl first, alone: resolving it together with our extras sends pip into long backtracking.
 echo "[setup] installing verl[verl-core]==0.9.1"
 python -m pip install -q "verl[verl-core]==0.9.1"
-echo "[setup] installing agentrl_ext[train,dev,webshop]"
-python -m pip install -q -e ".[train,dev,webshop]"
+echo "[setup] installing agentrl_ext[train,dev,webshop,kg]"
+python -m pip install -q -e ".[train,dev,webshop,kg]"
 rm -f "$VENV"/.agentrl-setup-*
 touch "$stamp"
 echo "[setup] done in $(( $(date +%s) - start ))s; venv size $(du -sh "$VENV" | cut -f1)"
