@@ -42,6 +42,7 @@ def activate() -> None:
     verl_compat.register_hf_rollout()
     if cpu_platform_active():
         verl_compat.use_gloo_process_group()
+        verl_compat.use_gloo_in_torchrun_process_group()
         verl_compat.count_cpu_slots_in_resource_check()
         verl_compat.register_fsdp_engine_for_cpu()
         verl_compat.unpinned_fsdp2_offload()

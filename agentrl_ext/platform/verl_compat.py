@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("verl.workers.rollout.base", "_ROLLOUT_REGISTRY"),
     ("verl.single_controller.ray.base", "ResourcePoolManager._check_resource_available"),
     ("verl.utils.distributed", "initialize_global_process_group_ray"),
+    ("verl.utils.distributed", "initialize_global_process_group"),
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithLMHead"),
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"),
     ("verl.trainer.main_ppo", "main.__wrapped__"),
@@ -87,6 +89,41 @@ def use_gloo_process_group() -> None:
             f"(defaults {defaults}); update agentrl_ext.platform.verl_compat.use_gloo_process_group"
         )
     fn.__defaults__ = (None, "gloo")
+
+
+def use_gloo_in_torchrun_process_group() -> None:
+    """verl's torchrun entry points (``verl.trainer.sft_trainer``) call
+    ``initialize_global_process_group()``, which builds the same ``cpu:gloo,cpu:gloo`` backend
+    string and takes no backend argument. Replace it (the module attribute: callers import it at
+    call time) with one that initialises plain gloo and returns ``(local_rank, rank, world_size)``
+    as verl's does."""
+    import inspect
+    from datetime import timedelta
+
+    import torch.distributed
+    from verl.utils import distributed
+
+    current = distributed.initialize_global_process_group
+    if getattr(current, "_agentrl_cpu", False):
+        return
+    parameters = list(inspect.signature(current).parameters)
+    if parameters != ["timeout_second"]:
+        raise RuntimeError(
+            f"verl.utils.distributed.initialize_global_process_group changed signature (parameters "
+            f"{parameters}); update agentrl_ext.platform.verl_compat.use_gloo_in_torchrun_process_group"
+        )
+
+    @functools.wraps(current)
+    def initialize_gloo(timeout_second: int = 36000) -> tuple[int, int, int]:
+        torch.distributed.init_process_group(
+            backend="gloo",
+            timeout=timedelta(seconds=timeout_second),
+            init_method=os.environ.get("DIST_INIT_METHOD", None),
+        )
+        return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+    initialize_gloo._agentrl_cpu = True  # type: ignore[attr-defined]
+    distributed.initialize_global_process_group = initialize_gloo
 
 
 def register_fsdp_engine_for_cpu() -> None:

@@ -41,6 +41,33 @@ def test_plugin_activates_cpu_backend_on_cpu():
     assert EngineRegistry.get_engine_cls("language_model", "fsdp2").__name__ == "FSDPEngineWithLMHead"
 
 
+def test_torchrun_process_group_uses_gloo_on_cpu():
+    """verl's torchrun entry points (the SFT trainer) initialise a gloo group on the CPU platform."""
+    import os
+    import subprocess
+    import sys
+
+    from agentrl_ext.testing.env_servers import free_port
+
+    script = (
+        "import torch.distributed as dist, verl\n"
+        "from verl.utils import distributed\n"
+        "print(distributed.initialize_global_process_group(60), dist.get_backend())\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "(0, 0, 1) gloo"
+
+
 def test_cpu_device_module_covers_verl_calls_on_cpu():
     from agentrl_ext.platform.cpu_platform import cpu_device_module as dev
 
