@@ -189,7 +189,7 @@ class AgentRLAgentLoop(AgentLoopBase):
             raise ValueError(
                 f"dataset row of task {task!r} has no extra_info.sample_index; build it with agentrl-build-dataset"
             )
-        client = controller_client(self.settings)
+        client = self.controller_client()
         state = EpisodeState(task=task, index=index, started=time.perf_counter())
         try:
             await self._episode(client, state, dict(sampling_params))
@@ -205,6 +205,13 @@ class AgentRLAgentLoop(AgentLoopBase):
         output.extra_fields["min_global_steps"] = min(versions) if versions else fallback
         output.extra_fields["max_global_steps"] = max(versions) if versions else fallback
         return output
+
+    def controller_client(self) -> ControllerClient:
+        """The controller client of this episode: the pooled one of this process and event loop.
+
+        A caller that runs episodes itself (``agentrl_ext.eval``) overrides it with its own client.
+        """
+        return controller_client(self.settings)
 
     async def _episode(
         self, client: ControllerClient, state: EpisodeState, sampling_params: dict[str, Any]

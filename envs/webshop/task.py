@@ -29,7 +29,7 @@ from typing import Any
 
 from agentrl_ext.env.protocol import SampleIndex, SampleStatus, TaskOutput
 from agentrl_ext.env.worker import InvalidAction, SampleResult, Session, Task
-from agentrl_ext.env.worker.actions import AgentAction
+from agentrl_ext.env.worker.actions import AgentAction, ToolCall
 
 from . import prompts
 from .catalogue import load_catalogue
@@ -114,25 +114,22 @@ class WebShopTask(Task):
                 "content": prompts.initial_message(episode.observation, episode.available_actions()),
             },
         )
-        call_id: str | None = None
+        last: list[ToolCall] = []  # the calls of the latest step that ran
         for round_number in range(1, self.max_round + 1):
             action = await session.action(validate=self.on_invalid_action == "end")
             command = self._command(action)
             if command is None:  # only in "feedback" mode
                 self._feedback(session, episode, action)
                 continue
-            call, *others = action.tool_calls
-            call_id = call.id
+            last = action.tool_calls
             _, done = episode.step(command)
-            for other in others:
-                session.inject({"role": "tool", "tool_call_id": other.id, "content": prompts.NOT_EXECUTED})
             if done:
                 return self._result(episode, index, goal)
             if round_number < self.max_round:
                 content = prompts.action_message(command, episode.observation, episode.available_actions())
-                session.inject({"role": "tool", "tool_call_id": call.id, "content": content})
-        if call_id is not None:
-            session.inject({"role": "tool", "tool_call_id": call_id, "content": prompts.TASK_LIMIT_REACHED})
+                self._answer(session, last, content)
+        if last:
+            self._answer(session, last, prompts.TASK_LIMIT_REACHED)
         else:
             session.inject({"role": "user", "content": prompts.TASK_LIMIT_REACHED})
         return SampleResult(
@@ -158,6 +155,14 @@ class WebShopTask(Task):
         value = next(iter(call.arguments.values()))
         verb = "search" if call.name == prompts.SEARCH_ACTION else "click"
         return f"{verb}[{value}]"
+
+    @staticmethod
+    def _answer(session: Session, calls: list[ToolCall], content: str) -> None:
+        """Answer the step's first call with ``content`` and any further call with NOT_EXECUTED."""
+        first, *others = calls
+        session.inject({"role": "tool", "tool_call_id": first.id, "content": content})
+        for other in others:
+            session.inject({"role": "tool", "tool_call_id": other.id, "content": prompts.NOT_EXECUTED})
 
     def _feedback(self, session: Session, episode: Episode, action: AgentAction) -> None:
         """AgentBench's answers to a step it cannot run (``on_invalid_action="feedback"``); each

@@ -1,0 +1,142 @@
+"""``agentrl-eval-run``: evaluate a local checkpoint or OpenAI-compatible models on tasks.
+
+    agentrl-eval-run --controller-url http://127.0.0.1:5020/api --task guess_test --indices 0:100 \\
+        --model .cache/agentrl/runs/main/sft_model --out eval/sft.json
+    agentrl-eval-run --controller-url http://127.0.0.1:5020/api --task dbbench \\
+        --base-url http://127.0.0.1:8000/v1 --model Qwen2.5-14B --model Llama-3.1-8B --runs 2
+
+Prints the per-task table, writes every episode and the summary as JSON (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from agentrl_ext.eval.report import render_table
+from agentrl_ext.eval.runner import DEFAULT_API_KEY_ENV, EvalSettings, evaluate, parse_indices
+
+
+def _success_reward(values: list[str] | None) -> float | dict[str, float]:
+    """``0.5`` for every task, or ``task=0.5`` per task (a bare value is the default of the others)."""
+    if not values:
+        return 1.0
+    per_task: dict[str, float] = {}
+    for value in values:
+        task, _, number = value.rpartition("=")
+        try:
+            per_task[task or "*"] = float(number)
+        except ValueError:
+            raise ValueError(
+                f"--success-reward {value!r} must be a number or TASK=NUMBER, e.g. webshop=0.5"
+            ) from None
+    return per_task["*"] if list(per_task) == ["*"] else per_task
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentrl-eval-run", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--controller-url",
+        "--controller",
+        required=True,
+        help="controller API base, e.g. http://127.0.0.1:5020/api",
+    )
+    p.add_argument(
+        "--task", action="append", required=True, help="task name as registered (repeat, or comma-separated)"
+    )
+    p.add_argument(
+        "--indices",
+        help="index values to evaluate, e.g. 0:100 or 1,5,9 (default: all the task's workers offer)",
+    )
+    p.add_argument("--limit", type=int, help="at most the first N selected indices per task")
+    p.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        help="a local HF checkpoint folder; with --base-url a model name; or name=URL,model[,weight]. "
+        "Several: one model drawn per turn (cross-sampling)",
+    )
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument(
+        "--api-key-env",
+        default=DEFAULT_API_KEY_ENV,
+        help="environment variable holding the endpoint's API key",
+    )
+    p.add_argument("--runs", type=int, default=1, help="episodes per (task, index)")
+    p.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument(
+        "--max-turns", type=int, default=32, help="cap on assistant turns (tasks have their own limits)"
+    )
+    p.add_argument("--max-tokens", type=int, help="cap on one assistant turn's tokens")
+    p.add_argument(
+        "--prompt-length", type=int, default=1024, help="local models: opening prompt limit (tokens)"
+    )
+    p.add_argument(
+        "--response-length", type=int, default=3072, help="local models: episode budget after the prompt"
+    )
+    p.add_argument("--dtype", default="float32", help="local models: float32, bfloat16 or float16")
+    p.add_argument(
+        "--success-reward",
+        action="append",
+        help="success = completed with reward >= this (default 1); NUMBER or TASK=NUMBER, repeatable",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seeds model draws and local sampling")
+    p.add_argument("--label", default="", help="name of this evaluation in tables and plots, e.g. before_rl")
+    p.add_argument("--out", default="eval_results.json", help="JSON results file")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--log-level", default="WARNING")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script ``agentrl-eval-run``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    tasks = [t for spec in args.task for t in spec.split(",") if t]
+    kwargs: dict[str, Any] = {}
+    try:
+        settings = EvalSettings(
+            runs=args.runs,
+            concurrency=args.concurrency,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_turns=args.max_turns,
+            max_tokens=args.max_tokens,
+            prompt_length=args.prompt_length,
+            response_length=args.response_length,
+            dtype=args.dtype,
+            success_reward=_success_reward(args.success_reward),
+            seed=args.seed,
+        )
+        if args.indices:
+            kwargs["indices"] = parse_indices(args.indices)
+        if args.limit is not None and args.limit < 1:
+            raise ValueError(f"--limit {args.limit} must be >= 1")
+        report = evaluate(
+            args.controller_url,
+            tasks,
+            args.model,
+            settings,
+            limit=args.limit,
+            base_url=args.base_url,
+            api_key=os.environ.get(args.api_key_env) or None,
+            label=args.label,
+            progress=not args.no_progress,
+            **kwargs,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    path = report.save(args.out)
+    print(render_table(report))
+    print(f"results: {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,203 @@
+"""Evaluation results: one record per episode, a per-task summary, the JSON file and the tables.
+
+What counts (the same rule as the agent loop's ``agentrl.agent_loop.success_reward``):
+
+- **reward**: the environment's reward of an episode that ends ``completed``, else 0 (no
+  ``incomplete_punishment`` at evaluation: the score is the task's own);
+- **success**: the episode ends ``completed`` with reward ≥ the task's success threshold
+  (default 1.0: for ``guess``, ``calc``, ``gridroom`` and DBBench, whose rewards are 0 or 1,
+  success means solved; give a lower threshold for tasks with partial rewards, e.g. WebShop);
+- **failed**: the episode could not be run to an end (environment or model endpoint
+  unreachable, environment status ``task error`` / ``unknown``, prompt over the budget): it
+  counts in ``episodes`` and ``failed``, and in success rate and mean reward as a 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: format of the results file (``EvalReport.to_dict``); bumped when a field changes meaning
+REPORT_VERSION = 1
+
+
+@dataclass
+class EpisodeRecord:
+    """One evaluated episode: ``run`` numbers the repetitions of the same (task, index)."""
+
+    task: str
+    index: Any
+    run: int
+    reward: float
+    success: bool
+    turns: int
+    status: str
+    error: str | None = None
+    failed: bool = False
+    #: the model that generated each assistant turn (cross-sample mode draws one per turn)
+    models: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TaskSummary:
+    """Per-task figures over all runs of all indices."""
+
+    episodes: int
+    success_rate: float
+    reward_mean: float
+    turns_mean: float
+    failed: int
+    statuses: dict[str, int]
+    success_threshold: float
+
+    @classmethod
+    def of(cls, records: Sequence[EpisodeRecord], success_threshold: float) -> TaskSummary:
+        n = len(records)
+        return cls(
+            episodes=n,
+            success_rate=sum(r.success for r in records) / n if n else 0.0,
+            reward_mean=sum(r.reward for r in records) / n if n else 0.0,
+            turns_mean=sum(r.turns for r in records) / n if n else 0.0,
+            failed=sum(r.failed for r in records),
+            statuses=dict(sorted(Counter(r.status for r in records).items())),
+            success_threshold=success_threshold,
+        )
+
+
+@dataclass
+class EvalReport:
+    """What :func:`agentrl_ext.eval.evaluate` returns and ``agentrl-eval-run`` writes as JSON."""
+
+    label: str
+    settings: dict[str, Any]
+    episodes: list[EpisodeRecord]
+    summary: dict[str, TaskSummary]
+    #: each model's share of all assistant turns
+    turn_share: dict[str, float]
+
+    @classmethod
+    def build(
+        cls,
+        label: str,
+        settings: dict[str, Any],
+        episodes: Sequence[EpisodeRecord],
+        thresholds: Mapping[str, float],
+    ) -> EvalReport:
+        """Summarize ``episodes`` per task (in the order tasks first appear) and per model."""
+        by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
+        for record in episodes:
+            by_task[record.task].append(record)
+        turns = Counter(m for r in episodes for m in r.models)
+        total = sum(turns.values())
+        return cls(
+            label=label,
+            settings=dict(settings),
+            episodes=list(episodes),
+            summary={t: TaskSummary.of(rs, thresholds[t]) for t, rs in by_task.items()},
+            turn_share={m: n / total for m, n in sorted(turns.items())} if total else {},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": REPORT_VERSION,
+            "label": self.label,
+            "settings": self.settings,
+            "summary": {t: asdict(s) for t, s in self.summary.items()},
+            "turn_share": self.turn_share,
+            "episodes": [asdict(r) for r in self.episodes],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "report") -> EvalReport:
+        if data.get("version") != REPORT_VERSION or "summary" not in data:
+            raise ValueError(
+                f"{source} is not an agentrl-eval-run results file of version {REPORT_VERSION} "
+                f"(found version {data.get('version')!r}); re-run agentrl-eval-run to write one"
+            )
+        return cls(
+            label=str(data.get("label", "")),
+            settings=dict(data.get("settings", {})),
+            episodes=[EpisodeRecord(**r) for r in data.get("episodes", [])],
+            summary={t: TaskSummary(**s) for t, s in data["summary"].items()},
+            turn_share=dict(data.get("turn_share", {})),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write the JSON results file (parent folders are created)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalReport:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read evaluation results {path}: {exc}") from exc
+        return cls.from_dict(data, source=str(path))
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table; the first column left-aligned, the others right-aligned."""
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
+
+
+def _percent(value: float) -> str:
+    return "-" if math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def render_table(report: EvalReport) -> str:
+    """The per-task table: episodes, success rate, mean reward, mean turns, failed, statuses."""
+    header = ["task", "episodes", "success", "reward", "turns", "failed", "statuses"]
+    rows = [
+        [
+            task,
+            str(s.episodes),
+            _percent(s.success_rate),
+            f"{s.reward_mean:.3f}",
+            f"{s.turns_mean:.2f}",
+            str(s.failed),
+            ", ".join(f"{status} {n}" for status, n in s.statuses.items()),
+        ]
+        for task, s in report.summary.items()
+    ]
+    text = _table(header, rows)
+    if len(report.turn_share) > 1:
+        text += "\nturn share: " + ", ".join(f"{m} {100 * v:.1f}%" for m, v in report.turn_share.items())
+    return text
+
+
+def render_comparison(reports: Sequence[EvalReport]) -> str:
+    """Success rate per task side by side (e.g. before and after RL), with the change from the first."""
+    if not reports:
+        raise ValueError("render_comparison needs at least one evaluation report")
+    tasks = list(dict.fromkeys(t for r in reports for t in r.summary))
+    labels = [r.label or f"#{i}" for i, r in enumerate(reports)]
+    header = ["task", *(f"{label} success" for label in labels)]
+    if len(reports) > 1:
+        header.append("change")
+    rows = []
+    for task in tasks:
+        rates = [r.summary[task].success_rate if task in r.summary else math.nan for r in reports]
+        row = [task, *(_percent(x) for x in rates)]
+        if len(reports) > 1:
+            change = rates[-1] - rates[0]
+            row.append("-" if math.isnan(change) else f"{100 * change:+.1f} pts")
+        rows.append(row)
+    return _table(header, rows)

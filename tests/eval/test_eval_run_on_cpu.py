@@ -1,0 +1,248 @@
+"""agentrl-eval-run through a real controller and task workers (held-out splits of guess and calc).
+
+Models: a fake OpenAI-compatible server on 127.0.0.1 with two scripted models (``bisect`` plays
+guess by binary search; ``blurt`` answers in words, with no tool call), and the tiny model served
+in process by our HF rollout server. Expected outcomes are computed here from the tasks' READMEs
+(the secret of guess sample i is ``random.Random(i).randint(1, 16)``), never from the evaluator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import threading
+import time
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentrl_ext.env.protocol import SampleStatus
+from agentrl_ext.eval import EvalReport, EvalSettings, evaluate, evaluate_async, render_comparison
+from agentrl_ext.eval.cli import main as eval_main
+from agentrl_ext.testing.env_servers import EnvServers, free_port
+from agentrl_ext.testing.tiny_model import tiny_model_path
+
+GUESS = "agentrl_ext.envs.guess.task:GuessTask"
+CALC = "agentrl_ext.envs.calc.task:CalcTask"
+
+
+def binary_search_guesses(secret: int, low: int = 1, high: int = 16) -> int:
+    """How many guesses (mid = (low + high) // 2) binary search needs to hit ``secret``."""
+    for n in range(1, 100):
+        mid = (low + high) // 2
+        if mid == secret:
+            return n
+        low, high = (mid + 1, high) if mid < secret else (low, mid - 1)
+    raise AssertionError("unreachable")
+
+
+def bisect_turn(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The next guess of binary search, read off the conversation (the server keeps no state)."""
+    opening = next((m["content"] for m in messages if m["role"] == "user"), "")
+    match = re.search(r"from (\d+) to (\d+)", opening or "")
+    low, high = (int(match[1]), int(match[2])) if match else (1, 16)
+    last_guess = None
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            last_guess = int(json.loads(m["tool_calls"][0]["function"]["arguments"])["number"])
+        elif m["role"] == "tool" and last_guess is not None:
+            if m["content"].strip() == "higher":
+                low = last_guess + 1
+            elif m["content"].strip() == "lower":
+                high = last_guess - 1
+    call = {
+        "id": f"call_{len(messages)}",
+        "type": "function",
+        "function": {"name": "guess", "arguments": json.dumps({"number": (low + high) // 2})},
+    }
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+@pytest.fixture(scope="module")
+def fake_openai():
+    """``/v1/chat/completions`` with models ``bisect`` and ``blurt``; yields (base URL, request log)."""
+    seen: list[dict[str, Any]] = []
+
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        seen.append(body)
+        if body["model"] == "bisect":
+            message = bisect_turn(body["messages"])
+        elif body["model"] == "blurt":
+            message = {"role": "assistant", "content": "I think it is 8."}
+        else:
+            return JSONResponse({"error": {"message": f"model {body['model']} not found"}}, status_code=404)
+        return JSONResponse({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}/v1", seen
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory):
+    """A controller with the held-out (test) splits of guess and calc as ``guess_test``, ``calc_test``."""
+    with EnvServers(tmp_path_factory.mktemp("env-logs")) as servers:
+        ctl = servers.controller()
+        for spec, name in ((GUESS, "guess_test"), (CALC, "calc_test")):
+            servers.worker(ctl, spec, task_kwargs={"split": "test", "name": name}, heartbeat_interval=1.0)
+        for name in ("guess_test", "calc_test"):
+            servers.wait_routable(ctl, name)
+        yield ctl.api
+
+
+def test_cli_endpoint_model_results_and_table_on_cpu(controller, fake_openai, tmp_path, capsys):
+    base_url, _ = fake_openai
+    out = tmp_path / "eval.json"
+    argv = f"--controller-url {controller} --task guess_test,calc_test --indices 0:20 --runs 2".split()
+    argv += f"--base-url {base_url} --model bisect --out {out} --no-progress --label fake".split()
+    assert eval_main(argv) == 0
+    data = json.loads(out.read_text())
+    episodes = data["episodes"]
+    assert len(episodes) == 2 * 20 * 2
+    assert [(e["task"], e["index"], e["run"]) for e in episodes] == [
+        (t, i, r) for t in ("guess_test", "calc_test") for i in range(20) for r in range(2)
+    ]
+    expected_turns = {i: binary_search_guesses(random.Random(i).randint(1, 16)) for i in range(20)}
+    for e in episodes:
+        assert set(e) >= {"task", "index", "run", "reward", "success", "turns", "status", "error"}
+        if e["task"] == "guess_test":  # binary search always finds it within the 6 guesses
+            assert (e["status"], e["reward"], e["success"]) == ("completed", 1.0, True)
+            assert e["turns"] == expected_turns[e["index"]]
+            assert e["models"] == ["bisect"] * e["turns"]
+        else:  # calc has no guess tool: the first call ends the sample as an invalid action
+            assert e["status"] == "agent invalid action"
+            assert (e["reward"], e["success"], e["turns"]) == (0.0, False, 1)
+        assert e["failed"] is False and e["error"] is None
+    guess, calc = data["summary"]["guess_test"], data["summary"]["calc_test"]
+    mean_turns = sum(expected_turns.values()) / 20
+    assert guess["episodes"] == 40 and guess["success_rate"] == 1.0 and guess["reward_mean"] == 1.0
+    assert guess["turns_mean"] == pytest.approx(mean_turns)
+    assert guess["statuses"] == {"completed": 40} and guess["failed"] == 0
+    assert calc["success_rate"] == 0.0 and calc["statuses"] == {"agent invalid action": 40}
+    assert data["label"] == "fake" and data["settings"]["runs"] == 2
+    table = capsys.readouterr().out
+    guess_row = rf"guess_test\s+40\s+100\.0%\s+1\.000\s+{mean_turns:.2f}\s+0\s+completed 40"
+    assert re.search(guess_row, table), table
+    assert re.search(r"calc_test\s+40\s+0\.0%\s+0\.000\s+1\.00\s+0\s+agent invalid action 40", table), table
+    # the results file reads back, and compares against another evaluation
+    report = EvalReport.load(out)
+    assert report.summary["guess_test"].episodes == 40
+    worse = EvalReport.from_dict({**data, "label": "worse"})
+    worse.summary["guess_test"].success_rate = 0.25
+    comparison = render_comparison([worse, report])
+    assert re.search(r"guess_test\s+25\.0%\s+100\.0%\s+\+75\.0 pts", comparison), comparison
+
+
+def test_cross_sampling_draws_every_turn_seeded_on_cpu(controller, fake_openai):
+    base_url, seen = fake_openai
+    settings = EvalSettings(seed=3, concurrency=6)
+    before = len(seen)
+    report = evaluate(
+        controller,
+        ["guess_test"],
+        ["bisect", "blurt"],
+        settings,
+        base_url=base_url,
+        indices=list(range(20)),
+        progress=False,
+    )
+    requests = seen[before:]
+    assert len(report.episodes) == 20
+    drawn = [m for e in report.episodes for m in e.models]
+    assert {"bisect", "blurt"} <= set(drawn)
+    # every turn is one request to the model the record names
+    assert sorted(r["model"] for r in requests) == sorted(drawn)
+    for e in report.episodes:
+        if "blurt" in e.models:  # a turn without a tool call ends the sample at once
+            assert e.models[-1] == "blurt" and e.models.count("blurt") == 1
+            assert (e.status, e.success) == ("agent validation failed", False)
+        else:
+            assert e.status == "completed" and e.success
+            assert e.turns == binary_search_guesses(random.Random(e.index).randint(1, 16))
+    assert report.turn_share["blurt"] == pytest.approx(drawn.count("blurt") / len(drawn))
+    # the same seed draws the same models for every episode, whatever the concurrency
+    again = evaluate(
+        controller,
+        ["guess_test"],
+        ["bisect", "blurt"],
+        EvalSettings(seed=3, concurrency=1),
+        base_url=base_url,
+        indices=list(range(20)),
+        progress=False,
+    )
+    assert [e.models for e in again.episodes] == [e.models for e in report.episodes]
+
+
+def test_cli_tiny_model_served_locally_cross_sampled_on_cpu(controller, tmp_path):
+    """The tiny model (untrained: it writes no tool call) through the training agent loop."""
+    models = [str(tiny_model_path(seed=0)), str(tiny_model_path(seed=1))]
+    out = tmp_path / "tiny.json"
+    argv = f"--controller-url {controller} --task guess_test --indices 0:16 --max-tokens 16".split()
+    argv += "--prompt-length 512 --response-length 128 --temperature 1.0 --concurrency 16".split()
+    argv += f"--model {models[0]} --model {models[1]} --out {out} --no-progress".split()
+    assert eval_main(argv) == 0
+    data = json.loads(out.read_text())
+    assert len(data["episodes"]) == 16
+    names = {tiny_model_path(seed=0).name, tiny_model_path(seed=1).name}
+    for e in data["episodes"]:
+        # guess's README: a turn without a (valid) tool call ends the sample, agent validation failed
+        assert (e["status"], e["turns"], e["reward"], e["success"], e["failed"]) == (
+            SampleStatus.AGENT_VALIDATION_FAILED.value,
+            1,
+            0.0,
+            False,
+            False,
+        ), e
+        assert set(e["models"]) <= names
+    assert {m for e in data["episodes"] for m in e["models"]} == names  # both models generated turns
+    assert data["summary"]["guess_test"]["statuses"] == {"agent validation failed": 16}
+
+
+def test_bad_input_is_named_on_cpu(controller, fake_openai, tmp_path, capsys):
+    base_url, _ = fake_openai
+    common = ["--controller-url", controller, "--no-progress", "--out", str(tmp_path / "x.json")]
+    cases = [
+        (
+            ["--task", "nosuch", "--model", "bisect", "--base-url", base_url],
+            r"task 'nosuch' is not served.*calc_test",
+        ),
+        (
+            ["--task", "guess_test", "--indices", "98:102", "--model", "bisect", "--base-url", base_url],
+            r"indices \[100, 101\] are not offered",
+        ),
+        (["--task", "guess_test", "--model", str(tmp_path)], r"not a local HF checkpoint directory"),
+        (["--task", "guess_test", "--model", "bisect", "--base-url", base_url, "--runs", "0"], r"runs=0"),
+        (["--task", "guess_test", "--model", "bisect", "--success-reward", "x=y"], r"TASK=NUMBER"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            eval_main(common + argv)
+        assert exc.value.code == 2
+        assert re.search(message, capsys.readouterr().err), message
+
+
+def test_endpoint_that_fails_counts_episodes_as_failed_on_cpu(controller, fake_openai):
+    base_url, _ = fake_openai
+    report = asyncio.run(
+        evaluate_async(
+            controller, ["guess_test"], ["missing-model"], base_url=base_url, indices=[0, 1], progress=False
+        )
+    )
+    assert [(e.status, e.failed) for e in report.episodes] == [("task error", True)] * 2
+    assert all("404" in (e.error or "") for e in report.episodes)
+    assert report.summary["guess_test"].failed == 2 and report.summary["guess_test"].success_rate == 0.0

@@ -1,0 +1,86 @@
+"""agentrl-plot: curves from a synthetic verl file-logger log, before/after bars from eval results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from agentrl_ext.eval.plots import curves_of, main, plot_run, read_metrics_log
+from agentrl_ext.eval.report import EpisodeRecord, EvalReport
+
+TASKS = ("guess", "calc")
+
+
+def _train_success(task: str, step: int) -> float:
+    return min(1.0, step / 20) if task == "guess" else 0.5
+
+
+def _write_run(run_dir) -> None:
+    """Steps 1..20 of training metrics, validation at steps 0, 10, 20 (verl logs step 0 on its own line)."""
+    lines = [{"step": 0, "data": {"val-aux/guess/success/mean@4": 0.1, "val-core/guess/reward/mean@4": 0.1}}]
+    for step in range(1, 21):
+        data: dict[str, float] = {"actor/grad_norm": 1.0}
+        for task in TASKS:
+            data[f"agentrl/task/{task}/success_rate"] = _train_success(task, step)
+            data[f"agentrl/task/{task}/episode_reward_mean"] = _train_success(task, step) - 0.2
+            data[f"agentrl/task/{task}/status/completed"] = 4.0
+        if step % 10 == 0:
+            for task in TASKS:
+                data[f"val-aux/{task}/success/mean@1"] = step / 40
+                data[f"val-aux/{task}/success/mean@4"] = step / 20  # the largest K is the one drawn
+                data[f"val-core/{task}/reward/mean@4"] = step / 20
+        lines.append({"step": step, "data": data})
+    (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    for label, rate in (("before_rl", 0.25), ("after_rl", 0.75)):
+        episodes = [
+            EpisodeRecord(task, i, 0, float(i < 4 * rate), i < 4 * rate, 2, "completed")
+            for task in TASKS
+            for i in range(4)
+        ]
+        settings = {"started": "2026-01-01T00:00:0" + ("0" if label == "before_rl" else "1")}
+        EvalReport.build(label, settings, episodes, {t: 1.0 for t in TASKS}).save(
+            run_dir / "eval" / f"{label}.json"
+        )
+
+
+def test_metrics_log_series_on_cpu(tmp_path):
+    _write_run(tmp_path)
+    curves = curves_of(read_metrics_log(tmp_path / "metrics.jsonl"))
+    assert curves.tasks("success") == ["calc", "guess"]
+    assert curves.train["success"]["guess"] == [(s, _train_success("guess", s)) for s in range(1, 21)]
+    assert curves.train["reward"]["calc"] == [(s, pytest.approx(0.3)) for s in range(1, 21)]
+    assert curves.val["success"]["guess"] == [(0, 0.1), (10, 0.5), (20, 1.0)]  # mean@4, not mean@1
+    assert curves.val["reward"]["guess"] == [(0, 0.1), (10, 0.5), (20, 1.0)]
+    assert curves.val["success"]["calc"] == [(10, 0.5), (20, 1.0)]
+
+
+def test_plot_run_writes_valid_pngs_on_cpu(tmp_path, capsys):
+    _write_run(tmp_path)
+    assert main([str(tmp_path)]) == 0
+    printed = capsys.readouterr().out.split()
+    names = {"success.png", "reward.png", "eval_success.png"}
+    assert {p.rsplit("/", 1)[-1] for p in printed} == names
+    for name in names:
+        path = tmp_path / "plots" / name
+        with Image.open(path) as image:
+            assert image.format == "PNG" and image.width > 300 and image.height > 200
+            image.verify()
+
+
+def test_eval_results_alone_and_empty_folder_on_cpu(tmp_path, capsys):
+    _write_run(tmp_path)
+    (tmp_path / "metrics.jsonl").unlink()
+    assert [p.name for p in plot_run(tmp_path, tmp_path / "out")] == ["eval_success.png"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit):
+        main([str(empty)])
+    assert "no metrics log" in capsys.readouterr().err
+
+
+def test_bad_metrics_line_is_named_on_cpu(tmp_path):
+    (tmp_path / "m.jsonl").write_text('{"step": 1, "data": {}}\n{"step": oops}\n')
+    with pytest.raises(ValueError, match=r"m.jsonl:2 is not a metrics line"):
+        plot_run(tmp_path)
