@@ -74,7 +74,8 @@ class OSTask(Task):
             ``default`` with a warning (default: ``agentrl-os:default``, ``agentrl-os:packages``).
         memory_bytes, cpus, pids_limit: the container's limits (1 GiB, no swap; 2; 1024).
         round_limit: agent steps per episode (AgentBench-FC: 8).
-        command_timeout_s: limit of one command or script (AgentBench: 30 s).
+        command_timeout_s: limit of one ``bash_action`` (AgentBench: 30 s).
+        script_timeout_s: limit of one init, check or example script (AgentBench: 30 s).
         on_timeout: ``feedback`` (default: the output so far and a note go to the agent) or
             ``task_error`` (AgentBench-FC's outcome: its shell read times out and the sample fails).
         on_invalid_action: ``end`` or ``feedback`` (see the module docstring).
@@ -97,6 +98,7 @@ class OSTask(Task):
         pids_limit: int = 1024,
         round_limit: int = 8,
         command_timeout_s: float = 30.0,
+        script_timeout_s: float = 30.0,
         on_timeout: str = "feedback",
         on_invalid_action: str = "end",
         limit: int | None = None,
@@ -113,8 +115,12 @@ class OSTask(Task):
             raise ValueError(f"OSTask on_timeout={on_timeout!r}; expected one of {TIMEOUT_POLICIES}")
         if round_limit < 1:
             raise ValueError(f"OSTask round_limit must be >= 1, got {round_limit}")
-        if command_timeout_s <= 0:
-            raise ValueError(f"OSTask command_timeout_s must be positive, got {command_timeout_s}")
+        for setting, value in (
+            ("command_timeout_s", command_timeout_s),
+            ("script_timeout_s", script_timeout_s),
+        ):
+            if value <= 0:
+                raise ValueError(f"OSTask {setting} must be positive, got {value}")
         self.provider_name = provider
         self.allow_local_fallback = allow_local_fallback
         self.images = {**DEFAULT_IMAGES, **(images or {})}
@@ -128,6 +134,7 @@ class OSTask(Task):
         )
         self.round_limit = round_limit
         self.command_timeout_s = command_timeout_s
+        self.script_timeout_s = script_timeout_s
         self.on_timeout = on_timeout
         self.on_invalid_action = on_invalid_action
         self.split, samples = load_split(split, data_dir)
@@ -233,7 +240,7 @@ class OSTask(Task):
         sample = self.samples[position]
         async with self.sandbox(sample, session.id) as (box, shell):
             for number, script in enumerate(sample.init):
-                init = await run_script(box, script, [], self.command_timeout_s, None)
+                init = await run_script(box, script, [], self.script_timeout_s, None)
                 if init.exit_code != 0:  # AgentBench: status unknown
                     return SampleResult(
                         SampleStatus.UNKNOWN,
@@ -349,7 +356,7 @@ class OSTask(Task):
         for script in sample.check:
             script = script if script is not None else sample.example
             assert script is not None  # data.parse_sample guarantees an example for null steps
-            result = await run_script(box, script, params, self.command_timeout_s, None)
+            result = await run_script(box, script, params, self.script_timeout_s, None)
             if result.exit_code != 0:
                 return False
             params.append(result.output)

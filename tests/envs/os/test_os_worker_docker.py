@@ -1,0 +1,235 @@
+"""os through the real controller -> worker path on a real Docker engine, driven by the raw protocol.
+
+Example solutions score 1 and wrong answers 0 on a sample of the test split; invalid steps,
+command timeouts and a killed container give the documented statuses and the worker keeps
+serving; a session's container is gone after the session, and after the worker is SIGKILLed
+(the next worker sweeps it). One controller and worker serve the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from os_helpers import OS_TASK, RawClient, call, play_gold, shown_output
+
+from agentrl_ext.env.providers.docker import LABEL_SESSION, LABEL_TASK
+from agentrl_ext.testing.env_servers import EnvServers, list_workers, wait_until
+from envs.os.prompts import SYSTEM_PROMPT, TOOLS
+
+pytestmark = pytest.mark.docker
+
+TIMEOUT_S = 3.0
+
+
+def raw_test_problems(data_dir: Path) -> list[tuple[dict[str, Any], Path]]:
+    """The raw test problems in index order, with their scripts folder (read here, not by the worker)."""
+    base = data_dir / "agentbench/os_interaction"
+    items = []
+    for group in "1234567":
+        for path in sorted((base / "data" / group).glob("*.json")):
+            raw = json.loads(path.read_text())
+            items += [(item, base / "scripts" / group) for item in (raw if isinstance(raw, list) else [raw])]
+    return items
+
+
+def sampled_indices(items: list[tuple[dict[str, Any], Path]]) -> list[int]:
+    """The first problem of each group, the first two match problems, every problem with a start script."""
+    chosen: dict[int, None] = {}
+    first_of_group: dict[Path, int] = {}
+    for index, (_item, scripts) in enumerate(items):
+        first_of_group.setdefault(scripts, index)
+    chosen.update(dict.fromkeys(first_of_group.values()))
+    chosen.update(
+        dict.fromkeys([i for i, (item, _) in enumerate(items) if "match" in item["evaluation"]][:2])
+    )
+    chosen.update(dict.fromkeys(i for i, (item, _) in enumerate(items) if "start" in item))
+    return sorted(chosen)
+
+
+@pytest.fixture(scope="module")
+def os_worker(tmp_path_factory, os_data_dir, os_docker_host) -> Iterator[tuple[RawClient, EnvServers]]:
+    kwargs = {"data_dir": str(os_data_dir), "command_timeout_s": TIMEOUT_S}
+    with EnvServers(tmp_path_factory.mktemp("os")) as servers:
+        controller = servers.controller()
+        servers.worker(controller, OS_TASK, name="os", task_kwargs=kwargs)
+        servers.wait_routable(controller, "os", timeout_s=60)
+        yield RawClient(controller.api), servers
+
+
+@pytest.fixture(scope="module")
+def engine(os_docker_host) -> Iterator[docker.DockerClient]:
+    client = docker.DockerClient(base_url=os_docker_host, timeout=60)
+    yield client
+    client.close()
+
+
+def containers(engine: docker.DockerClient, session: str | None = None) -> list[Any]:
+    labels = [f"{LABEL_TASK}=os"] + ([f"{LABEL_SESSION}={session}"] if session else [])
+    return engine.containers.list(all=True, filters={"label": labels})
+
+
+def test_opening_turn_is_agentbench_fc(os_worker, os_data_dir):
+    client, _ = os_worker
+    session, opening = client.start(0)
+    assert opening["tools"] == TOOLS and opening["status"] == "running" and not opening["finish"]
+    description = raw_test_problems(os_data_dir)[0][0]["description"]
+    assert opening["messages"] == [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {
+            "role": "user",
+            "content": f"Now, I will start a new problem in a new OS. My problem is:\n\n{description}",
+        },
+    ]
+    client.cancel(session)
+
+
+def test_example_solutions_score_1_and_wrong_answers_0(os_worker, os_data_dir):
+    client, _ = os_worker
+    items = raw_test_problems(os_data_dir)
+    indices = sampled_indices(items)
+    assert len(indices) >= 12
+    for index in indices:
+        item, scripts = items[index]
+        gold = play_gold(client, index, item, scripts)
+        assert (gold["finish"], gold["status"], gold["reward"]) == (True, "completed", 1.0), (index, gold)
+        session, _ = client.start(index)  # wrong: no work done, an answer that is no answer
+        wrong = client.answer(session, "certainly-not-the-answer")
+        assert (wrong["finish"], wrong["status"], wrong["reward"]) == (True, "completed", 0.0), (index, wrong)
+
+
+def test_shell_state_carries_over_and_long_output_is_cut(os_worker):
+    client, _ = os_worker
+    session, _ = client.start(0)
+    client.bash(session, "mkdir -p /srv/work && cd /srv/work && count=41")
+    shown = client.bash(session, "pwd; echo $((count + 1))")
+    assert shown["messages"][0] == {
+        "role": "tool",
+        "tool_call_id": "call-0",
+        "content": "The output of the OS:\n\n/srv/work\n42\n",
+    }
+    long = client.bash(session, "seq 1 400")["messages"][0]["content"]
+    full = "".join(f"{n}\n" for n in range(1, 401))  # 1492 characters
+    assert long == "The output of the OS:\n\n" + full[:780] + "\n[truncated because the output is too long]"
+    assert client.bash(session, "true")["messages"][0]["content"] == "The output of the OS is empty."
+    assert client.finish(session)["status"] == "completed"
+
+
+def test_command_timeout_is_reported_and_the_shell_goes_on(os_worker):
+    client, _ = os_worker
+    session, _ = client.start(0)
+    timed_out = client.bash(session, "echo started; sleep 30; echo never")
+    text = timed_out["messages"][0]["content"]
+    assert timed_out["status"] == "running" and text.startswith("The output of the OS:\n\nstarted\n")
+    assert text.endswith(f"[the command did not finish within {TIMEOUT_S:g} seconds and was stopped]")
+    assert "never" not in text
+    assert shown_output(client.bash(session, "echo alive")) == "alive\n"
+    client.cancel(session)
+
+
+@pytest.mark.parametrize(
+    ("step", "status"),
+    [
+        ({"content": "ls"}, "agent validation failed"),  # no tool call
+        ({"calls": [call("rm_everything", {"script": "ls"})]}, "agent invalid action"),
+        ({"calls": [call("bash_action", "{not json")]}, "agent validation failed"),
+        ({"calls": [call("bash_action", {})]}, "agent validation failed"),  # no script
+        ({"calls": [call("answer_action", {})]}, "agent validation failed"),  # no answer
+    ],
+    ids=["no-tool-call", "unknown-tool", "bad-json", "no-script", "no-answer"],
+)
+def test_invalid_steps_end_with_documented_status(os_worker, engine, step, status):
+    client, _ = os_worker
+    session, _ = client.start(0)
+    answer = client.step(session, *step.get("calls", []), content=step.get("content"))
+    assert (answer["finish"], answer["status"], answer["reward"]) == (True, status, 0.0), answer
+    wait_until(lambda: not containers(engine, session), timeout_s=30, what="the session's container to go")
+    session, _ = client.start(0)  # the worker keeps serving
+    assert client.finish(session)["status"] == "completed"
+
+
+def test_round_limit_ends_with_task_limit_reached(os_worker):
+    client, _ = os_worker
+    session, _ = client.start(0)
+    for _ in range(7):
+        assert client.bash(session, "true")["status"] == "running"
+    last = client.bash(session, "true")
+    assert (last["finish"], last["status"], last["reward"]) == (True, "task limit reached", 0.0)
+
+
+def test_killed_container_gives_task_error_and_worker_keeps_serving(os_worker, engine):
+    client, _ = os_worker
+    session, _ = client.start(0)
+    (container,) = containers(engine, session)
+    container.kill()
+    answer = client.bash(session, "ls")
+    assert (answer["finish"], answer["status"]) == (True, "task error"), answer
+    wait_until(
+        lambda: not containers(engine, session), timeout_s=30, what="the killed container to be removed"
+    )
+    session, _ = client.start(0)
+    assert shown_output(client.bash(session, "echo fine")) == "fine\n"
+    client.cancel(session)
+
+
+def test_containers_are_removed_after_each_session(os_worker, engine):
+    client, _ = os_worker
+    session, _ = client.start(0)
+    (container,) = containers(engine, session)
+    attrs = container.attrs["HostConfig"]
+    assert (attrs["Memory"], attrs["MemorySwap"], attrs["NanoCpus"]) == (1 << 30, 1 << 30, 2_000_000_000)
+    assert attrs["PidsLimit"] == 1024 and attrs["NetworkMode"] == "none"
+    client.finish(session)
+    wait_until(
+        lambda: not containers(engine, session), timeout_s=30, what="a finished session's container to go"
+    )
+    session, _ = client.start(0)
+    assert len(containers(engine, session)) == 1
+    client.cancel(session)
+    wait_until(
+        lambda: not containers(engine, session), timeout_s=30, what="a cancelled session's container to go"
+    )
+    workers = list_workers(client.api)["os"]
+    assert len(workers) == 1 and workers[0]["healthy"]
+
+
+def test_containers_of_a_killed_worker_are_swept_when_a_worker_starts(tmp_path, os_data_dir, engine):
+    kwargs = {"data_dir": str(os_data_dir)}
+    with EnvServers(tmp_path) as servers:
+        controller = servers.controller()
+        servers.worker(controller, OS_TASK, name="doomed", task_kwargs=kwargs)
+        servers.wait_routable(controller, "os", timeout_s=60)
+        client = RawClient(controller.api)
+        session, _ = client.start(0)
+        assert len(containers(engine, session)) == 1
+        servers.kill("doomed")  # SIGKILL: no cleanup runs
+        assert len(containers(engine, session)) == 1
+        servers.worker(controller, OS_TASK, name="next", task_kwargs=kwargs)
+        assert containers(engine, session) == []  # swept during the new worker's setup
+
+
+def test_feedback_policy_answers_like_agentbench(tmp_path, os_data_dir, os_docker_host):
+    kwargs = {"data_dir": str(os_data_dir), "on_invalid_action": "feedback"}
+    with EnvServers(tmp_path) as servers:
+        controller = servers.controller()
+        servers.worker(controller, OS_TASK, task_kwargs=kwargs)
+        servers.wait_routable(controller, "os", timeout_s=60)
+        client = RawClient(controller.api)
+        session, _ = client.start(0)
+        answer = client.step(session, content="ls")
+        assert answer["status"] == "running" and answer["messages"] == [
+            {"role": "user", "content": "No executable tool calls found. Please call a tool instead"}
+        ]
+        answer = client.step(session, call("rm_everything", {"x": 1}))
+        assert answer["messages"] == [
+            {
+                "role": "tool",
+                "tool_call_id": "call-0",
+                "content": "Invalid function call. Please call a tool instead",
+            }
+        ]
+        assert client.finish(session)["status"] == "completed"
