@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional  # noqa: UP035 (OmegaConf structured configs)
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -111,6 +111,44 @@ class CrossPolicyConfig:
 
 
 @dataclass
+class EnvsConfig:
+    """``agentrl.envs``: the environment stack ``agentrl-train`` starts itself (what ``agentrl-envs up`` starts)."""
+
+    #: start the controller, the task workers and the servers they need before training, stop them after
+    launch: bool = False
+    #: the tasks to serve (names of agentrl_ext.env.launcher.KNOWN_TASKS), e.g. [dbbench, kg]
+    tasks: Optional[List[str]] = None  # noqa: UP006, UP045
+    #: the controller's port on 127.0.0.1
+    port: int = 5020
+    #: the tasks' split: train or test
+    split: str = "train"
+    #: each task worker in its own container (images built by scripts/build_task_image.sh)
+    docker: bool = False
+    #: per-task keyword arguments over the launcher's defaults, e.g. {dbbench: {backend: sqlite}}
+    task_kwargs: Optional[Dict[str, Any]] = None  # noqa: UP006, UP045
+    #: seconds to wait for each worker to become healthy
+    ready_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        from agentrl_ext.env.launcher import KNOWN_TASKS, SPLITS
+
+        known = ", ".join(sorted(KNOWN_TASKS))
+        if self.launch and not self.tasks:
+            raise ValueError(
+                f"agentrl.envs.launch=true needs agentrl.envs.tasks, e.g. [dbbench,kg]; known tasks: {known}"
+            )
+        for name in [*(self.tasks or []), *(self.task_kwargs or {})]:
+            if name not in KNOWN_TASKS:
+                raise ValueError(f"agentrl.envs: unknown task {name!r}; known tasks: {known}")
+        if self.split not in SPLITS:
+            raise ValueError(f"agentrl.envs.split={self.split!r}; expected one of {SPLITS}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"agentrl.envs.port={self.port} is not a TCP port")
+        if self.ready_timeout_s <= 0:
+            raise ValueError(f"agentrl.envs.ready_timeout_s={self.ready_timeout_s} must be > 0")
+
+
+@dataclass
 class AgentRLConfig:
     """The whole ``agentrl:`` node."""
 
@@ -120,6 +158,7 @@ class AgentRLConfig:
     assets: AssetsConfig = field(default_factory=AssetsConfig)
     agent_loop: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     cross_policy: CrossPolicyConfig = field(default_factory=CrossPolicyConfig)
+    envs: EnvsConfig = field(default_factory=EnvsConfig)
 
     def __post_init__(self) -> None:
         raw = (

@@ -114,6 +114,16 @@ def _add_geography(graph: InMemoryGraph, min_city_population: int) -> None:
         graph.add_entity(f"m.continent_{code.lower()}", continent["name"], CONTINENT)
     for code, state in states.items():
         graph.add_entity(f"m.us_state_{code.lower()}", state["name"], US_STATE)
+    # a name several currencies share ("Franc", "Dollar") gets its code: "Franc (XOF)"
+    codes_of: dict[str, set[str]] = {}
+    for country in countries.values():
+        if country.get("currencycode") and country.get("currencyname"):
+            codes_of.setdefault(country["currencyname"], set()).add(country["currencycode"])
+    currency_names = {
+        code: name if len(codes) == 1 else f"{name} ({code})"
+        for name, codes in codes_of.items()
+        for code in codes
+    }
     by_country: dict[str, list[dict]] = {}
     for city in cities.values():
         by_country.setdefault(city["countrycode"], []).append(city)
@@ -126,7 +136,7 @@ def _add_geography(graph: InMemoryGraph, min_city_population: int) -> None:
             graph.set_value(entity, "location.country.area_km2", country["areakm2"])
         if country.get("currencycode") and country.get("currencyname"):
             currency = f"m.currency_{country['currencycode'].lower()}"
-            graph.add_entity(currency, country["currencyname"], CURRENCY)
+            graph.add_entity(currency, currency_names[country["currencycode"]], CURRENCY)
             graph.link(entity, "location.country.currency", currency)
         capital = _capital(country, by_country.get(iso, []))
         for city in by_country.get(iso, []):

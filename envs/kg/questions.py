@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,8 +353,13 @@ TEMPLATES: dict[str, Template] = {
 
 
 def generate_questions(graph: InMemoryGraph) -> dict[str, list[KGQuestion]]:
-    """Every askable question of every template, in the templates' fixed enumeration order."""
-    return {name: [q for q in template(graph) if q is not None] for name, template in TEMPLATES.items()}
+    """Every askable question of every template, in the templates' fixed enumeration order.
+
+    A text asked about two different entities (two capitals named Kingston) is ambiguous and dropped.
+    """
+    found = {name: [q for q in template(graph) if q is not None] for name, template in TEMPLATES.items()}
+    texts = Counter(q.question for items in found.values() for q in items)
+    return {name: [q for q in items if texts[q.question] == 1] for name, items in found.items()}
 
 
 def split_questions(

@@ -67,7 +67,7 @@ class KGTask(Task):
     """AgentBench-FC knowledge graph.
 
     Args:
-        split: offline: ``test`` (150), ``dev`` (50) or ``train`` (the rest, ~2,900);
+        split: offline: ``test`` (150), ``dev`` (50) or ``train`` (the rest, ~2,860);
             agentbench: ``std`` (150, alias ``test``), ``dev`` (20) or ``train`` (1,214).
         source: ``offline`` (generated questions on the offline graph) or ``agentbench``.
         seed: the offline splits' seed.

@@ -1,0 +1,714 @@
+"""``agentrl-envs up``: the environment stack (controller, task workers, the servers they need) in one command.
+
+    agentrl-envs up --tasks dbbench,kg,guess                # local worker processes
+    agentrl-envs up --tasks dbbench,kg --docker --port 5020 # each worker in its own container
+    agentrl-envs list                                       # the known tasks
+
+``up`` starts what the tasks need (the MariaDB server of ``scripts/mariadb.sh`` for dbbench
+unless it runs on SQLite, the private Docker engine of ``scripts/dockerd.sh`` for ``--docker``
+and for tasks with per-session containers), the controller on ``127.0.0.1:PORT``, one worker
+per task (a local process, or with ``--docker`` a container of the task's image built by
+``scripts/build_task_image.sh``), waits until every worker is healthy and routable, prints
+where everything listens, and on Ctrl-C / SIGTERM stops all of it, last started first, leaving
+no process or container behind (and the servers it started itself, not those it found running).
+
+Every task the launcher knows is one row of :data:`KNOWN_TASKS`: add a task there. The process
+helpers here (:class:`ServerProcess`, :func:`wait_routable`, ...) are also what the tests start
+their servers with (:mod:`agentrl_ext.testing.env_servers`). ``agentrl-train`` starts the same
+stack from the recipe with :func:`launch_from_config` (``agentrl.envs.launch=true``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+from agentrl_ext.env.protocol import API_PREFIX
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_PORT = 5020
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+"""``scripts/`` of the source tree (mariadb.sh, dockerd.sh, build_task_image.sh)."""
+CONTAINER_LABEL = "agentrl_ext.launcher"
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------- the known tasks
+
+
+@dataclass(frozen=True)
+class KnownTask:
+    """One task the launcher can start."""
+
+    task_class: str
+    """The Task class, ``module:Class`` (installed as ``agentrl_ext.envs.<task>``)."""
+    needs: tuple[str, ...] = ()
+    """Servers it needs: ``mariadb`` (scripts/mariadb.sh; passed as ``mariadb_url`` unless the
+    kwargs say ``backend: sqlite``), ``docker`` (the engine, as ``DOCKER_HOST``), ``data`` (the
+    data directory, mounted into its container)."""
+    splits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Task kwargs per ``--split`` (``train`` / ``test``)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Task kwargs for every split."""
+
+
+def _procedural(cls: str) -> KnownTask:
+    return KnownTask(cls, splits={"train": {"split": "train"}, "test": {"split": "test"}})
+
+
+KNOWN_TASKS: dict[str, KnownTask] = {
+    "dbbench": KnownTask(
+        "agentrl_ext.envs.dbbench.task:DBBenchTask",
+        needs=("mariadb", "data"),
+        splits={"train": {"split": "train"}, "test": {"split": "standard"}},
+    ),
+    "kg": KnownTask(
+        "agentrl_ext.envs.kg.task:KGTask", splits={"train": {"split": "train"}, "test": {"split": "test"}}
+    ),
+    "guess": _procedural("agentrl_ext.envs.guess.task:GuessTask"),
+    "calc": _procedural("agentrl_ext.envs.calc.task:CalcTask"),
+    "gridroom": _procedural("agentrl_ext.envs.gridroom.task:GridRoomTask"),
+    "letters": KnownTask("agentrl_ext.envs.letters.task:LettersTask"),
+    "digits": KnownTask("agentrl_ext.envs.letters.task:DigitsTask"),
+}
+"""Task name -> how to start it. One entry per task; ``agentrl-envs list`` prints this table."""
+
+SPLITS = ("train", "test")
+
+
+def known_task(name: str) -> KnownTask:
+    """The table row of ``name``; ValueError listing the known tasks otherwise."""
+    if name not in KNOWN_TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
+    return KNOWN_TASKS[name]
+
+
+def task_kwargs(name: str, split: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The kwargs a task is started with: the table's, the split's, then ``overrides``."""
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}; expected one of {SPLITS}")
+    row = known_task(name)
+    return {**row.kwargs, **row.splits.get(split, {}), **(overrides or {})}
+
+
+def wants_mariadb(name: str, kwargs: dict[str, Any]) -> bool:
+    """Whether the task runs on the MariaDB server (needs it, and no SQLite backend was asked for)."""
+    return (
+        "mariadb" in known_task(name).needs
+        and kwargs.get("backend") != "sqlite"
+        and not kwargs.get("mariadb_url")
+    )
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(
+    condition: Callable[[], T | None],
+    timeout_s: float = 20.0,
+    interval_s: float = 0.05,
+    what: str = "condition",
+) -> T:
+    """Poll ``condition()`` until it returns a truthy value, which is returned.
+
+    Raises TimeoutError naming ``what`` after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the child gets SIGTERM when the launcher dies (even by SIGKILL)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class ServerProcess:
+    """A controller or worker process listening on ``127.0.0.1:port``.
+
+    ``python_path`` entries come first on the process's ``PYTHONPATH``; ``env`` adds variables;
+    ``cwd`` is the working directory (None: this process's). ``die_with_parent`` (Linux) stops
+    the process when the launcher's main thread dies; ``new_session`` keeps a terminal's Ctrl-C
+    from reaching it (the launcher stops it in order instead).
+    """
+
+    name: str
+    argv: list[str]
+    port: int
+    log_path: Path
+    python_path: tuple[str, ...] = ()
+    cwd: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    die_with_parent: bool = False
+    new_session: bool = False
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def api(self) -> str:
+        """The API base, ``http://127.0.0.1:PORT/api`` (a process serving the AgentRL API)."""
+        return self.url + API_PREFIX
+
+    @property
+    def pid(self) -> int:
+        """The process id (the process must have been started)."""
+        assert self.proc is not None, f"{self.name} was not started"
+        return self.proc.pid
+
+    def environment(self) -> dict[str, str]:
+        """The process's environment: this one's, ``python_path`` first on PYTHONPATH, then ``env``."""
+        path = os.pathsep.join([*self.python_path, os.environ.get("PYTHONPATH", "")])
+        return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **self.env}
+
+    def start(self) -> ServerProcess:
+        """Start the process, its output going to ``log_path``."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                cwd=self.cwd,
+                preexec_fn=_die_with_parent if self.die_with_parent else None,  # noqa: PLW1509
+                start_new_session=self.new_session,
+            )
+        return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> ServerProcess:
+        """Wait until the port answers HTTP; raises RuntimeError with the log if the process exits."""
+
+        def answers() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log:\n{self.log_tail()}")
+            try:
+                httpx.get(self.url + "/", timeout=1.0)
+            except httpx.TransportError:
+                return False
+            return True
+
+        wait_until(answers, timeout_s, what=f"{self.name} to listen on port {self.port}")
+        return self
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the process's output."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process is running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def pause(self) -> None:
+        """SIGSTOP: the process hangs (no heartbeats, no answers, connections stay open)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL at once: a crash, not a shutdown."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        """Graceful stop (SIGTERM, resuming a paused process first); SIGKILL after 10 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def controller_argv(port: int, **options: Any) -> list[str]:
+    """``python -m agentrl_ext.env.controller`` on 127.0.0.1:``port``; None options keep the defaults."""
+    argv = [sys.executable, "-m", "agentrl_ext.env.controller", "--host", LOOPBACK, "--port", str(port)]
+    for key, value in options.items():
+        if value is not None:
+            argv += ["--" + key.replace("_", "-"), str(value)]
+    return argv
+
+
+def worker_argv(
+    task: str,
+    port: int,
+    controller_api: str | None,
+    kwargs: dict[str, Any] | None = None,
+    heartbeat_interval: float | None = None,
+    concurrency: int | None = None,
+    log_level: str = "info",
+    python: Sequence[str] = (sys.executable, "-m", "agentrl_ext.env.worker"),
+) -> list[str]:
+    """The task-worker command line for ``task`` ("module:Class") on 127.0.0.1:``port``."""
+    argv = [*python, task, "--host", LOOPBACK, "--port", str(port)]
+    if heartbeat_interval is not None:
+        argv += ["--heartbeat-interval", str(heartbeat_interval)]
+    if kwargs:
+        argv += ["--task-kwargs", json.dumps(kwargs)]
+    if controller_api is not None:
+        argv += ["--controller", controller_api]
+    if concurrency is not None:
+        argv += ["--concurrency", str(concurrency)]
+    return argv + ["--log-level", log_level]
+
+
+def list_workers(controller: ServerProcess | str) -> dict[str, list[dict[str, Any]]]:
+    """The controller's ``list_workers`` answer (``controller``: a process or an API base URL)."""
+    api = controller.api if isinstance(controller, ServerProcess) else controller
+    return httpx.get(api + "/list_workers", timeout=5).json()
+
+
+def wait_routable(
+    controller: ServerProcess | str, task: str, count: int = 1, timeout_s: float = 30.0
+) -> list[dict[str, Any]]:
+    """Wait until ``count`` workers of ``task`` are registered, healthy and routable; returns them."""
+
+    def ready() -> list[dict[str, Any]] | None:
+        try:
+            workers = list_workers(controller).get(task, [])
+        except httpx.HTTPError:
+            return None
+        ready = [w for w in workers if w["healthy"] and w["routable"]]
+        return ready if len(ready) >= count else None
+
+    return wait_until(ready, timeout_s, what=f"{count} routable worker(s) of task {task!r}")
+
+
+# ---------------------------------------------------------------------------- the stack
+
+
+def _script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    path = SCRIPTS / name
+    if not path.is_file():
+        raise RuntimeError(f"{path} not found: agentrl-envs runs the servers' scripts from a source checkout")
+    return subprocess.run(["bash", str(path), *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+@dataclass
+class EnvStack:
+    """The controller, one worker per task and the servers they need; a context manager.
+
+    Args:
+        tasks: names of :data:`KNOWN_TASKS`.
+        port: the controller's port on 127.0.0.1.
+        docker: each worker in its own container (``agentrl-<task>:latest``, built when missing).
+        split: ``train`` or ``test``: the table's kwargs for that split.
+        kwargs: per-task kwargs on top of the table's, e.g. ``{"dbbench": {"backend": "sqlite"}}``.
+        log_dir: where each process writes its log (default: a new temporary folder).
+        ready_timeout_s: how long to wait for each worker to be healthy.
+        heartbeat_interval: the workers' heartbeat interval (None: the SDK's).
+        die_with_parent: workers and controller die with this process's main thread (CLI use).
+    """
+
+    tasks: Sequence[str]
+    port: int = DEFAULT_PORT
+    docker: bool = False
+    split: str = "test"
+    kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    log_dir: Path | None = None
+    ready_timeout_s: float = 180.0
+    heartbeat_interval: float | None = None
+    die_with_parent: bool = False
+    controller: ServerProcess | None = field(default=None, init=False)
+    workers: dict[str, ServerProcess] = field(default_factory=dict, init=False)
+    containers: dict[str, Any] = field(default_factory=dict, init=False)
+    services: dict[str, str] = field(default_factory=dict, init=False)
+    """Servers in use: ``mariadb`` -> its URL, ``dockerd`` -> DOCKER_HOST."""
+    started_services: list[str] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.tasks = list(self.tasks)
+        if not self.tasks:
+            raise ValueError(f"no task to start; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ValueError(f"tasks {self.tasks} name a task twice")
+        for name in [*self.tasks, *self.kwargs]:
+            known_task(name)
+        extra = sorted(set(self.kwargs) - set(self.tasks))
+        if extra:
+            raise ValueError(f"task kwargs given for {extra}, which are not started (tasks: {self.tasks})")
+        self.task_kwargs = {name: task_kwargs(name, self.split, self.kwargs.get(name)) for name in self.tasks}
+
+    @property
+    def api(self) -> str:
+        """The controller's API base, ``http://127.0.0.1:PORT/api``."""
+        return f"http://{LOOPBACK}:{self.port}{API_PREFIX}"
+
+    def __enter__(self) -> EnvStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> EnvStack:
+        """Start everything and wait until every worker is healthy; on any failure stop what started."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="agentrl-envs-"))
+        self.log_dir = log_dir
+        if any(wants_mariadb(n, self.task_kwargs[n]) for n in self.tasks):
+            self._service("mariadb", "mariadb.sh", "url")
+            for name in self.tasks:
+                if wants_mariadb(name, self.task_kwargs[name]):
+                    self.task_kwargs[name]["mariadb_url"] = self.services["mariadb"]
+        if self.docker or any("docker" in known_task(n).needs for n in self.tasks):
+            self._service("dockerd", "dockerd.sh", "host")
+        self.controller = ServerProcess(
+            "controller",
+            controller_argv(self.port),
+            self.port,
+            log_dir / "controller.log",
+            die_with_parent=self.die_with_parent,
+            new_session=self.die_with_parent,
+        )
+        self.controller.start().wait_ready(60)
+        for name in self.tasks:
+            if self.docker:
+                self._start_container(name)
+            else:
+                self._start_worker(name, log_dir)
+        for name in self.tasks:
+            if name in self.workers:
+                self.workers[name].wait_ready(self.ready_timeout_s)
+            self._wait_healthy(name)
+
+    def _service(self, name: str, script: str, address_command: str) -> None:
+        env = {**os.environ}
+        if _script(script, "status", env=env).returncode != 0:
+            if name == "mariadb":
+                _script(script, "install", env=env)
+            result = _script(script, "start", env=env)
+            if result.returncode != 0:
+                raise RuntimeError(f"scripts/{script} start failed:\n{result.stdout}{result.stderr}")
+            self.started_services.append(name)
+        self.services[name] = _script(script, address_command, env=env).stdout.strip()
+        logger.info(
+            "%s: %s%s", name, self.services[name], " (started)" if name in self.started_services else ""
+        )
+
+    def _start_worker(self, name: str, log_dir: Path) -> None:
+        port = free_port()
+        argv = worker_argv(
+            known_task(name).task_class,
+            port,
+            self.api,
+            self.task_kwargs[name],
+            heartbeat_interval=self.heartbeat_interval,
+        )
+        env = {"DOCKER_HOST": self.services["dockerd"]} if "dockerd" in self.services else {}
+        worker = ServerProcess(
+            name,
+            argv,
+            port,
+            log_dir / f"worker-{name}.log",
+            env=env,
+            die_with_parent=self.die_with_parent,
+            new_session=self.die_with_parent,
+        )
+        self.workers[name] = worker.start()
+
+    def _docker(self) -> Any:
+        import docker
+
+        return docker.DockerClient(base_url=self.services["dockerd"])
+
+    def _start_container(self, name: str) -> None:
+        import docker
+
+        from agentrl_ext.env.providers.docker import owner_is_alive, owner_label
+
+        client = self._docker()
+        for leftover in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
+            if not owner_is_alive(leftover.labels.get(CONTAINER_LABEL, "")):
+                leftover.remove(force=True)  # of a launcher that died: sweep on restart
+        image = f"agentrl-{name}:latest"
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            logger.info("building %s (scripts/build_task_image.sh %s)", image, name)
+            built = _script(
+                "build_task_image.sh", name, env={**os.environ, "DOCKER_HOST": self.services["dockerd"]}
+            )
+            if built.returncode != 0:
+                raise RuntimeError(
+                    f"scripts/build_task_image.sh {name} failed:\n{built.stdout}{built.stderr}"
+                ) from None
+        port = free_port()
+        kwargs = {k: v for k, v in self.task_kwargs[name].items() if k != "data_dir"}
+        command = worker_argv("", port, self.api, kwargs, self.heartbeat_interval, python=())[1:]
+        volumes = {}
+        if "data" in known_task(name).needs:
+            from agentrl_ext.data.store import data_dir
+
+            volumes[str(data_dir(self.task_kwargs[name].get("data_dir")))] = {"bind": "/data", "mode": "ro"}
+        socket_url = str(kwargs.get("mariadb_url", ""))
+        if socket_url.startswith("unix://"):
+            folder = str(Path(socket_url.removeprefix("unix://").split("?")[0]).parent)
+            volumes[folder] = {"bind": folder, "mode": "rw"}
+        self.containers[name] = client.containers.run(
+            image,
+            command=command,
+            name=f"agentrl-envs-{name}-{os.getpid()}",
+            network_mode="host",
+            labels={CONTAINER_LABEL: owner_label()},
+            volumes=volumes,
+            detach=True,
+        )
+
+    def _wait_healthy(self, name: str) -> None:
+        def ready() -> bool:
+            container = self.containers.get(name)
+            if container is not None:
+                container.reload()
+                if container.status in ("exited", "dead"):
+                    logs = container.logs(tail=40).decode(errors="replace")
+                    raise RuntimeError(f"the {name} worker container exited; log:\n{logs}")
+            worker = self.workers.get(name)
+            if worker is not None and not worker.alive:
+                raise RuntimeError(f"the {name} worker exited; log:\n{worker.log_tail()}")
+            try:
+                workers = list_workers(self.api).get(name, [])
+            except httpx.HTTPError:
+                return False
+            return any(w["healthy"] and w["routable"] for w in workers)
+
+        wait_until(ready, self.ready_timeout_s, 0.2, what=f"a healthy, routable {name} worker")
+
+    def dead(self) -> list[str]:
+        """Names of the parts that stopped on their own (the controller, workers, containers)."""
+        gone = [n for n, w in self.workers.items() if not w.alive]
+        if self.controller is not None and not self.controller.alive:
+            gone.append("controller")
+        for name, container in self.containers.items():
+            try:
+                container.reload()
+                if container.status in ("exited", "dead"):
+                    gone.append(name)
+            except Exception:  # noqa: BLE001 - the engine itself is gone
+                gone.append(name)
+        return gone
+
+    def stop(self) -> None:
+        """Stop what was started, last first: workers, containers, controller, then our own servers."""
+        for worker in reversed(list(self.workers.values())):
+            worker.stop()
+        for name, container in reversed(list(self.containers.items())):
+            try:
+                container.stop(timeout=10)
+                container.remove(force=True)
+            except Exception as exc:  # noqa: BLE001 - keep stopping the rest
+                logger.warning("could not remove the %s container: %s", name, exc)
+        self.containers.clear()
+        if self.controller is not None:
+            self.controller.stop()
+        for service in reversed(self.started_services):
+            script = "mariadb.sh" if service == "mariadb" else "dockerd.sh"
+            _script(script, "stop")
+        self.started_services.clear()
+
+    def describe(self) -> str:
+        """Where everything listens, one line each."""
+        lines = [f"controller  {self.api}" + (f"  (pid {self.controller.pid})" if self.controller else "")]
+        for name in self.tasks:
+            if name in self.workers:
+                worker = self.workers[name]
+                lines.append(f"worker {name:<10} {worker.api}  (pid {worker.pid}, log {worker.log_path})")
+            elif name in self.containers:
+                lines.append(f"worker {name:<10} container {self.containers[name].name} (network host)")
+        for service, address in self.services.items():
+            started = "started here" if service in self.started_services else "already running"
+            lines.append(f"{service:<11} {address}  ({started})")
+        return "\n".join(lines)
+
+
+@contextmanager
+def launch_from_config(config: Any) -> Iterator[EnvStack | None]:
+    """The stack of ``agentrl.envs`` for ``agentrl-train``: started on entry, stopped on exit.
+
+    ``config``: the typed ``AgentRLConfig`` (or its ``envs`` node, an ``EnvsConfig``). Yields
+    None when ``envs.launch`` is false; else the running :class:`EnvStack` (``stack.api`` is the
+    controller URL for ``agentrl.agent_loop.controller_url``).
+    """
+    envs = getattr(config, "envs", config)
+    if not envs.launch:
+        yield None
+        return
+    stack = EnvStack(
+        tasks=list(envs.tasks or []),
+        port=envs.port,
+        docker=envs.docker,
+        split=envs.split,
+        kwargs={name: dict(values) for name, values in dict(envs.task_kwargs or {}).items()},
+        ready_timeout_s=envs.ready_timeout_s,
+    )
+    with stack:
+        yield stack
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+class _Shutdown(BaseException):
+    """Raised in the main thread by SIGINT / SIGTERM."""
+
+
+def _parse_kwargs(values: list[str]) -> dict[str, dict[str, Any]]:
+    parsed: dict[str, dict[str, Any]] = {}
+    for value in values:
+        name, _, text = value.partition("=")
+        try:
+            kwargs = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--task-kwargs {value!r}: not TASK=JSON ({exc})") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"--task-kwargs {value!r}: the JSON must be an object")
+        parsed.setdefault(name, {}).update(kwargs)
+    return parsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``agentrl-envs up|list``."""
+    parser = argparse.ArgumentParser(
+        prog="agentrl-envs", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the known tasks")
+    up = commands.add_parser("up", help="start the controller and task workers; Ctrl-C stops them")
+    up.add_argument("--tasks", required=True, help=f"comma-separated, of: {','.join(KNOWN_TASKS)}")
+    up.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"the controller's port (default {DEFAULT_PORT})"
+    )
+    up.add_argument("--docker", action="store_true", help="each worker in its own container")
+    up.add_argument("--split", default="test", choices=SPLITS, help="the tasks' split (default test)")
+    up.add_argument(
+        "--task-kwargs",
+        action="append",
+        default=[],
+        metavar="TASK=JSON",
+        help='e.g. dbbench=\'{"backend": "sqlite"}\'',
+    )
+    up.add_argument("--log-dir", type=Path, default=None, help="process logs (default: a temporary folder)")
+    up.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for each worker")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "list":
+        for name, row in KNOWN_TASKS.items():
+            print(
+                f"{name:<10} {row.task_class}  needs: {','.join(row.needs) or '-'}  splits: {row.splits or '-'}"
+            )
+        return 0
+    try:
+        stack = EnvStack(
+            tasks=[t for t in args.tasks.split(",") if t],
+            port=args.port,
+            docker=args.docker,
+            split=args.split,
+            kwargs=_parse_kwargs(args.task_kwargs),
+            log_dir=args.log_dir,
+            ready_timeout_s=args.ready_timeout,
+            die_with_parent=threading.current_thread() is threading.main_thread(),
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+
+    def shutdown(signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not break the clean-up
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Shutdown(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, shutdown)
+    signal.signal(signal.SIGTERM, shutdown)
+    code = 0
+    try:
+        with stack:
+            print(stack.describe(), flush=True)
+            print(f"agentrl-envs: ready ({', '.join(stack.tasks)}); Ctrl-C stops everything", flush=True)
+            while not (dead := stack.dead()):
+                time.sleep(0.5)
+            logger.error(
+                "stopped on its own: %s; stopping the rest (logs in %s)", ", ".join(dead), stack.log_dir
+            )
+            code = 1
+    except _Shutdown as reason:
+        logger.info("%s: stopped everything", reason)
+    except (RuntimeError, TimeoutError) as exc:
+        logger.error("%s", exc)
+        code = 1
+    return code
+
+
+__all__ = [
+    "KNOWN_TASKS",
+    "EnvStack",
+    "KnownTask",
+    "ServerProcess",
+    "free_port",
+    "known_task",
+    "launch_from_config",
+    "list_workers",
+    "main",
+    "task_kwargs",
+    "wait_routable",
+    "wait_until",
+    "worker_argv",
+]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""``agentrl-envs up``: the whole stack starts healthy, serves episodes, and Ctrl-C leaves nothing behind.
+
+The launcher runs as a real subprocess (``python -m agentrl_ext.env.launcher up``) with dbbench
+(SQLite), kg and guess; the test plays episodes through its controller with raw HTTP, then
+sends SIGINT and checks that every process the launcher started is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentrl_ext.config import AgentRLConfig
+from agentrl_ext.env.launcher import KNOWN_TASKS, launch_from_config
+from agentrl_ext.testing.env_servers import REPO, free_port, list_workers, subprocess_env, wait_until
+from agentrl_ext.testing.vendored_data import vendored_data_dir
+
+DBBENCH_STANDARD = vendored_data_dir() / "agentbench" / "dbbench" / "standard.jsonl"
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def read_until(proc: subprocess.Popen[str], marker: str, timeout_s: float) -> str:
+    """The launcher's stdout up to the line holding ``marker``; fails with the output if it exits."""
+    selector = selectors.DefaultSelector()
+    assert proc.stdout is not None
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if selector.select(timeout=1):
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            lines.append(line)
+            if marker in line:
+                return "".join(lines)
+    pytest.fail(f"no {marker!r} from agentrl-envs (exit {proc.poll()}):\n{''.join(lines)}")
+
+
+def launcher(*args: str, log_dir: Path) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "agentrl_ext.env.launcher", "up", *args, "--log-dir", str(log_dir)]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env(), cwd=REPO
+    )
+
+
+def play_guess(api: str, index: int) -> dict:
+    """Binary search on guess's higher/lower feedback, through the controller (raw protocol)."""
+    http = httpx.Client(timeout=30)
+    started = http.post(f"{api}/start_sample", json={"name": "guess", "index": index})
+    assert started.status_code == 200, started.text
+    session, low, high = started.headers["session_id"], 1, 16
+    for step in range(6):
+        number = (low + high) // 2
+        call = {
+            "id": f"c{step}",
+            "type": "function",
+            "function": {"name": "guess", "arguments": json.dumps({"number": number})},
+        }
+        answer = http.post(
+            f"{api}/interact",
+            headers={"session_id": session},
+            json={"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]},
+        ).json()
+        if answer["finish"]:
+            return answer
+        feedback = answer["messages"][0]["content"].lower()
+        low, high = (number + 1, high) if "higher" in feedback else (low, number - 1)
+    return answer
+
+
+def test_up_serves_dbbench_kg_guess_and_ctrl_c_leaves_nothing_on_cpu(tmp_path):
+    if not DBBENCH_STANDARD.is_file():
+        pytest.skip(f"no vendored data copy at {DBBENCH_STANDARD.parents[2]}")
+    port = free_port()
+    dbbench = json.dumps({"backend": "sqlite", "data_dir": str(vendored_data_dir())})
+    proc = launcher(
+        "--tasks",
+        "dbbench,kg,guess",
+        "--port",
+        str(port),
+        "--task-kwargs",
+        f"dbbench={dbbench}",
+        log_dir=tmp_path,
+    )
+    try:
+        printed = read_until(proc, "agentrl-envs: ready", timeout_s=240)
+        api = f"http://127.0.0.1:{port}/api"
+        assert f"controller  {api}" in printed
+        for task in ("dbbench", "kg", "guess"):
+            assert f"worker {task}" in printed
+        workers = list_workers(api)
+        assert {t: [w["healthy"] and w["routable"] for w in ws] for t, ws in workers.items()} == {
+            "dbbench": [True],
+            "kg": [True],
+            "guess": [True],
+        }
+        # episodes through the launched stack: guess solved by binary search, a dbbench label committed
+        done = play_guess(api, 0)
+        assert (done["status"], done["reward"]) == ("completed", 1.0), done
+        first = json.loads(DBBENCH_STANDARD.read_text().splitlines()[0])
+        http = httpx.Client(timeout=30)
+        started = http.post(f"{api}/start_sample", json={"name": "dbbench", "index": 0})
+        commit = {
+            "id": "c0",
+            "type": "function",
+            "function": {"name": "commit_final_answer", "arguments": json.dumps({"answers": first["label"]})},
+        }
+        done = http.post(
+            f"{api}/interact",
+            headers={"session_id": started.headers["session_id"]},
+            json={"messages": [{"role": "assistant", "content": None, "tool_calls": [commit]}]},
+        ).json()
+        assert (done["status"], done["reward"]) == ("completed", 1.0), done
+        started = http.post(f"{api}/start_sample", json={"name": "kg", "index": 0})
+        assert (
+            started.status_code == 200 and started.json()["tools"][0]["function"]["name"] == "get_relations"
+        )
+
+        children = descendants(proc.pid)
+        assert len(children) >= 4  # the controller and three workers
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, proc.stdout.read() if proc.stdout else ""
+        wait_until(
+            lambda: not any(running(pid) for pid in children), 30, what="the launcher's processes to exit"
+        )
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_worker_that_dies_stops_the_whole_stack_on_cpu(tmp_path):
+    port = free_port()
+    proc = launcher("--tasks", "guess", "--port", str(port), log_dir=tmp_path)
+    try:
+        read_until(proc, "agentrl-envs: ready", timeout_s=120)
+        (worker,) = list_workers(f"http://127.0.0.1:{port}/api")["guess"]
+        worker_port = int(worker["address"].rsplit(":", 1)[1].split("/")[0])
+        children = descendants(proc.pid)
+        (worker_pid,) = [
+            pid
+            for pid in children
+            if f"--port\x00{worker_port}\x00" in Path(f"/proc/{pid}/cmdline").read_text()
+        ]
+        os.kill(worker_pid, signal.SIGKILL)
+        assert proc.wait(60) == 1  # it notices, stops the rest and says so
+        assert not any(running(pid) for pid in children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_unknown_task_lists_the_known_ones_on_cpu(tmp_path):
+    proc = launcher("--tasks", "kg,nosuch", log_dir=tmp_path)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "unknown task 'nosuch'; known tasks: " + ", ".join(sorted(KNOWN_TASKS)) in output
+
+
+def test_launch_from_config_starts_and_stops_the_stack_on_cpu():
+    off = AgentRLConfig.from_config({})
+    with launch_from_config(off) as stack:
+        assert stack is None  # agentrl.envs.launch defaults to false
+    port = free_port()
+    config = AgentRLConfig.from_config(
+        {"envs": {"launch": True, "tasks": ["guess"], "port": port, "split": "test", "ready_timeout_s": 120}}
+    )
+    with launch_from_config(config) as stack:
+        assert stack is not None and stack.api == f"http://127.0.0.1:{port}/api"
+        done = play_guess(stack.api, 3)
+        assert (done["status"], done["reward"]) == ("completed", 1.0)
+        pids = [stack.controller.pid, stack.workers["guess"].pid]  # type: ignore[union-attr]
+    assert not any(running(pid) for pid in pids)
+    with pytest.raises(ValueError, match="unknown task 'nosuch'; known tasks: "):
+        AgentRLConfig.from_config({"envs": {"launch": True, "tasks": ["nosuch"]}})
