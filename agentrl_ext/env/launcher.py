@@ -378,6 +378,10 @@ class EnvStack:
             raise ValueError(f"task kwargs given for {extra}, which are not started (tasks: {self.tasks})")
         self.task_kwargs = {name: task_kwargs(name, self.split, self.kwargs.get(name)) for name in self.tasks}
 
+    def served_name(self, name: str) -> str:
+        """The name the worker of ``name`` registers under (a ``name`` kwarg renames it, e.g. ``kg_test``)."""
+        return str(self.task_kwargs[name].get("name", name))
+
     @property
     def api(self) -> str:
         """The controller's API base, ``http://127.0.0.1:PORT/api``."""
@@ -523,12 +527,14 @@ class EnvStack:
             if worker is not None and not worker.alive:
                 raise RuntimeError(f"the {name} worker exited; log:\n{worker.log_tail()}")
             try:
-                workers = list_workers(self.api).get(name, [])
+                workers = list_workers(self.api).get(self.served_name(name), [])
             except httpx.HTTPError:
                 return False
             return any(w["healthy"] and w["routable"] for w in workers)
 
-        wait_until(ready, self.ready_timeout_s, 0.2, what=f"a healthy, routable {name} worker")
+        wait_until(
+            ready, self.ready_timeout_s, 0.2, what=f"a healthy, routable {self.served_name(name)} worker"
+        )
 
     def dead(self) -> list[str]:
         """Names of the parts that stopped on their own (the controller, workers, containers)."""
