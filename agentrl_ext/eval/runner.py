@@ -277,8 +277,8 @@ async def _run_all(
         record = _record(task, index, run, played, settings.threshold(task))
         done["success"] += record.success
         done["failed"] += record.failed
+        bar.set_postfix(success=f"{done['success']}/{bar.n + 1}", failed=done["failed"], refresh=False)
         bar.update(1)
-        bar.set_postfix(success=f"{done['success']}/{bar.n}", failed=done["failed"], refresh=False)
         return record
 
     try:
