@@ -85,6 +85,11 @@ KNOWN_TASKS: dict[str, KnownTask] = {
     "kg": KnownTask(
         "agentrl_ext.envs.kg.task:KGTask", splits={"train": {"split": "train"}, "test": {"split": "test"}}
     ),
+    "webshop": KnownTask(
+        "agentrl_ext.envs.webshop.task:WebShopTask",
+        needs=("data",),
+        splits={"train": {"split": "train"}, "test": {"split": "test"}},
+    ),
     "guess": _procedural("agentrl_ext.envs.guess.task:GuessTask"),
     "calc": _procedural("agentrl_ext.envs.calc.task:CalcTask"),
     "gridroom": _procedural("agentrl_ext.envs.gridroom.task:GridRoomTask"),
