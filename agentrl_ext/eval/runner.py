@@ -71,6 +71,7 @@ class EvalSettings:
     env_timeout_s: float = 180.0
     #: seconds one endpoint request may take
     model_timeout_s: float = 300.0
+    #: anything else to record in the report's ``settings`` (e.g. the checkpoint's training step)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -208,7 +209,7 @@ def _record(task: str, index: Any, run: int, played: Any, threshold: float) -> E
 async def evaluate_async(
     controller_url: str,
     tasks: Sequence[str],
-    models: Sequence[str],
+    models: Sequence[str | os.PathLike[str]],
     settings: EvalSettings | None = None,
     *,
     indices: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None,
@@ -221,6 +222,7 @@ async def evaluate_async(
     """:func:`evaluate` inside a running event loop."""
     settings = settings or EvalSettings()
     tasks = list(dict.fromkeys(tasks))
+    names = [os.fspath(m) for m in models]  # local paths may come as pathlib.Path
     if not tasks:
         raise ValueError("no task to evaluate: give --task NAME (a task registered with the controller)")
     if api_key is None:
@@ -233,7 +235,7 @@ async def evaluate_async(
             wanted = indices.get(task) if isinstance(indices, Mapping) else indices
             for index in await _task_indices(client, task, wanted, limit):
                 work += [(task, index, run) for run in range(settings.runs)]
-        policy = make_policy(models, controller_url, settings, base_url, api_key)
+        policy = make_policy(names, controller_url, settings, base_url, api_key)
         try:
             records = await _run_all(client, policy, work, settings, progress)
         finally:
@@ -259,10 +261,8 @@ async def _run_all(
     settings: EvalSettings,
     progress: bool,
 ) -> list[EpisodeRecord]:
-    from tqdm.auto import tqdm
-
     gate = asyncio.Semaphore(settings.concurrency)
-    bar = tqdm(total=len(work), desc="evaluating", unit="episode", disable=not progress, dynamic_ncols=True)
+    bar = _progress_bar(len(work), progress)
     done = {"success": 0, "failed": 0}
 
     async def one(task: str, index: Any, run: int) -> EpisodeRecord:
@@ -287,10 +287,24 @@ async def _run_all(
         bar.close()
 
 
+def _progress_bar(total: int, enabled: bool) -> Any:
+    """A tqdm bar on stderr (a disabled one without tqdm: ``pip install 'agentrl_ext[eval]'`` brings it)."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        if enabled:
+            logger.warning("no progress bar: tqdm is not installed (pip install 'agentrl_ext[eval]')")
+        from types import SimpleNamespace
+
+        noop = lambda *args, **kwargs: None  # noqa: E731
+        return SimpleNamespace(n=0, update=noop, set_postfix=noop, close=noop)
+    return tqdm(total=total, desc="evaluating", unit="episode", disable=not enabled, dynamic_ncols=True)
+
+
 def evaluate(
     controller_url: str,
     tasks: Sequence[str],
-    models: Sequence[str],
+    models: Sequence[str | os.PathLike[str]],
     settings: EvalSettings | None = None,
     **kwargs: Any,
 ) -> EvalReport:
