@@ -113,13 +113,13 @@ def _product(raw: dict[str, Any], attributes: dict[str, Any], human: dict[str, A
     asin = raw["asin"]
     where = f"{PRODUCTS_FILE} product {asin}"
     pricing, tag = parse_pricing(raw.get("pricing"), where)
-    bullets = raw.get("small_description")
+    bullets = raw["small_description"]
     entry = attributes.get(asin, {})
     return Product(
         asin=asin,
         name=raw["name"],
         description=raw["full_description"],
-        bullet_points=tuple(bullets) if isinstance(bullets, list) else (bullets,),
+        bullet_points=tuple(bullets) if isinstance(bullets, list) else (str(bullets),),
         pricing=pricing,
         price_tag=tag,
         options=_options(raw.get("customization_options")),
