@@ -102,6 +102,18 @@ class EvalReport:
             turn_share={m: n / total for m, n in sorted(turns.items())} if total else {},
         )
 
+    def rename_tasks(self, names: Mapping[str, str]) -> EvalReport:
+        """Rename tasks in place (e.g. the held-out worker ``guess_test`` to ``guess``); returns self."""
+        renamed = [names.get(t, t) for t in self.summary]
+        if len(set(renamed)) != len(renamed):
+            raise ValueError(f"renaming tasks {list(self.summary)} with {dict(names)} merges two of them")
+        for record in self.episodes:
+            record.task = names.get(record.task, record.task)
+        self.summary = {names.get(t, t): s for t, s in self.summary.items()}
+        if isinstance(self.settings.get("tasks"), list):
+            self.settings["tasks"] = [names.get(t, t) for t in self.settings["tasks"]]
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": REPORT_VERSION,

@@ -146,6 +146,15 @@ def test_cli_endpoint_model_results_and_table_on_cpu(controller, fake_openai, tm
     worse.summary["guess_test"].success_rate = 0.25
     comparison = render_comparison([worse, report])
     assert re.search(r"guess_test\s+25\.0%\s+100\.0%\s+\+75\.0 pts", comparison), comparison
+    # the held-out worker's name becomes the task's (what the main job's tables and plots show)
+    report.rename_tasks({"guess_test": "guess"})
+    assert list(report.summary) == ["guess", "calc_test"] and report.settings["tasks"] == [
+        "guess",
+        "calc_test",
+    ]
+    assert {e.task for e in report.episodes} == {"guess", "calc_test"}
+    with pytest.raises(ValueError, match="merges two"):
+        report.rename_tasks({"calc_test": "guess"})
 
 
 def test_cross_sampling_draws_every_turn_seeded_on_cpu(controller, fake_openai):
