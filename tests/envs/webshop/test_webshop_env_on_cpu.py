@@ -16,6 +16,7 @@ import pytest
 import yaml
 from webshop_helpers import raw
 
+from agentrl_ext.data.store import DataError
 from envs.webshop.catalogue import Catalogue, load_catalogue
 from envs.webshop.env import Episode, Page, Shop
 from envs.webshop.goals import Goal, goals_by_product, split_goals
@@ -305,3 +306,21 @@ def test_actions_navigate_as_webshop_does_on_cpu(shop: Shop, catalogue: Catalogu
         episode.step(f"click[{value}]")
     reward, done = episode.step("click[Buy Now]")
     assert done and episode.done and reward == episode.reward.reward  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------- settings
+
+
+def test_missing_data_and_bad_settings_are_named_on_cpu(tmp_path: Path, webshop_data_dir: Path):
+    with pytest.raises(
+        DataError, match=r"webshop/items_shuffle_1000\.reconstructed\.json\.xz .*agentrl-data install"
+    ):
+        WebShopTask(data_dir=tmp_path)
+    with pytest.raises(ValueError, match="on_invalid_action='ignore'"):
+        WebShopTask(data_dir=webshop_data_dir, on_invalid_action="ignore")
+    with pytest.raises(ValueError, match="max_round must be >= 1"):
+        WebShopTask(data_dir=webshop_data_dir, max_round=0)
+    with pytest.raises(ValueError, match="test_fraction must be in"):
+        WebShopTask(data_dir=webshop_data_dir, test_fraction=1.5)
+    task = WebShopTask(data_dir=webshop_data_dir, split="std", limit=3)
+    assert task.split == "test" and task.get_indices() == [0, 1, 2]
