@@ -90,6 +90,11 @@ KNOWN_TASKS: dict[str, KnownTask] = {
         needs=("data",),
         splits={"train": {"split": "train"}, "test": {"split": "test"}},
     ),
+    "os": KnownTask(
+        "agentrl_ext.envs.os.task:OSTask",
+        needs=("docker", "data"),
+        splits={"train": {"split": "train"}, "test": {"split": "test"}},
+    ),
     "guess": _procedural("agentrl_ext.envs.guess.task:GuessTask"),
     "calc": _procedural("agentrl_ext.envs.calc.task:CalcTask"),
     "gridroom": _procedural("agentrl_ext.envs.gridroom.task:GridRoomTask"),
