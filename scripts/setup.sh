@@ -35,8 +35,16 @@ fi
 # verl first, alone: resolving it together with our extras sends pip into long backtracking.
 echo "[setup] installing verl[verl-core]==0.9.1"
 python -m pip install -q "verl[verl-core]==0.9.1"
-echo "[setup] installing agentrl_ext[train,dev,webshop,kg]"
-python -m pip install -q -e ".[train,dev,webshop,kg]"
+# ALFWorld's engine (the alfworld extra): jericho and fast-downward-textworld exist on PyPI only as
+# sources that compile for minutes. Their wheels are built once into a wheel cache (gitignored;
+# AGENTRL_WHEEL_CACHE moves it, e.g. to a folder a CI keeps between runs) and reused after that.
+WHEELS="${AGENTRL_WHEEL_CACHE:-.cache/wheels}"
+mkdir -p "$WHEELS"
+mapfile -t engine_sources < <(grep -oE '^\s+(jericho|fast-downward-textworld)==[^ ]+' setup.cfg | tr -d ' ')
+echo "[setup] wheels of ${engine_sources[*]} (cache: $WHEELS)"
+python -m pip wheel -q --no-deps --find-links "$WHEELS" --wheel-dir "$WHEELS" "${engine_sources[@]}"
+echo "[setup] installing agentrl_ext[train,dev,webshop,kg,alfworld]"
+python -m pip install -q --find-links "$WHEELS" -e ".[train,dev,webshop,kg,alfworld]"
 rm -f "$VENV"/.agentrl-setup-*
 touch "$stamp"
 echo "[setup] done in $(( $(date +%s) - start ))s; venv size $(du -sh "$VENV" | cut -f1)"

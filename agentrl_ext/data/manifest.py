@@ -272,5 +272,7 @@ def _build() -> dict[str, DataFile]:
 
 FILES: dict[str, DataFile] = _build()
 """Every known data file by its path in the data directory."""
+ARCHIVES: dict[str, str] = {"alfworld/json_2.1.1.tar.xz": "alfworld/json_2.1.1"}
+"""Archives unpacked in the data directory: archive path -> the folder it unpacks to (both relative)."""
 GROUPS: tuple[str, ...] = tuple(sorted({f.group for f in FILES.values()}))
 """File groups: ``agentbench``, ``agentbench-large``, ``alfworld``, ``licenses``, ``webshop``."""

@@ -17,15 +17,17 @@ Only the standard library is used here: task workers import this module.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import lzma
 import os
 import shutil
+import tarfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl_ext.data.manifest import FILES, DataFile
+from agentrl_ext.data.manifest import ARCHIVES, FILES, DataFile
 
 DATA_DIR_ENV = "AGENTRL_DATA_DIR"
 SUMS_FILE = "SHA256SUMS"
@@ -221,7 +223,71 @@ def install_from(copy: str | os.PathLike[str], root: str | os.PathLike[str] | No
         _copy_atomic(source / "README.md", base / "README.md")
     previous = read_sums(base / SUMS_FILE) if (base / SUMS_FILE).is_file() else {}
     write_sums(base, {**previous, **installed})
+    for archive in sorted(ARCHIVES.keys() & installed.keys()):
+        unpacked(archive, base)
     return sorted(installed)
+
+
+# ---------------------------------------------------------------------------------- archives
+
+UNPACKED_STAMP = ".unpacked-sha256"
+
+
+def unpacked(archive: str, root: str | os.PathLike[str] | None = None) -> Path:
+    """The folder that ``archive`` (a key of :data:`ARCHIVES`) unpacks to in the data directory.
+
+    The archive is verified (:func:`require`) and unpacked on first use; the folder's
+    ``.unpacked-sha256`` records which archive it holds, so a later call returns at once and a
+    changed archive is unpacked again. Unpacking happens in a temporary folder renamed into place,
+    under a lock file, so concurrent callers (several workers starting) never see half a folder.
+    ``install_from`` unpacks what it installs; a read-only data directory must have been unpacked
+    there beforehand (DataError says so).
+    """
+    if archive not in ARCHIVES:
+        raise ValueError(f"{archive!r} is not an archive of the data set; known: {sorted(ARCHIVES)}")
+    base = data_dir(root)
+    target = base / ARCHIVES[archive]
+    digest = FILES[archive].sha256
+    if _stamp_of(target) == digest:
+        return target
+    path = require(archive, root)
+    try:
+        lock = (base / (archive + ".lock")).open("w")
+    except OSError as exc:
+        raise DataError(
+            f"cannot unpack {archive} into {target}: {exc}; the data directory must be writable once "
+            "(run `agentrl-data install --from <copy of the data>`, which unpacks it)"
+        ) from exc
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _stamp_of(target) == digest:
+            return target
+        scratch = target.with_name(f".{target.name}.unpacking-{os.getpid()}")
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        try:
+            with tarfile.open(path) as tar:
+                members = tar.getmembers()
+                for member in members:
+                    name = Path(member.name)
+                    if name.is_absolute() or ".." in name.parts or not (member.isfile() or member.isdir()):
+                        raise DataError(f"{path}: unsafe archive member {member.name!r}; nothing unpacked")
+                    if name.parts[0] != target.name:
+                        raise DataError(f"{path}: member {member.name!r} is outside {target.name}/")
+                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                tar.extractall(scratch, members, **safe)  # type: ignore[arg-type]  # members checked above
+            if target.exists():
+                shutil.rmtree(target)
+            (scratch / target.name).rename(target)
+            (target / UNPACKED_STAMP).write_text(f"{digest}\n")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def _stamp_of(target: Path) -> str | None:
+    stamp = target / UNPACKED_STAMP
+    return stamp.read_text().strip() if stamp.is_file() else None
 
 
 def record_installed(root: Path, sums: dict[str, str]) -> None:

@@ -95,6 +95,11 @@ KNOWN_TASKS: dict[str, KnownTask] = {
         needs=("docker", "data"),
         splits={"train": {"split": "train"}, "test": {"split": "test"}},
     ),
+    "alfworld": KnownTask(
+        "agentrl_ext.envs.alfworld.task:ALFWorldTask",
+        needs=("data",),
+        splits={"train": {"split": "train"}, "test": {"split": "new_std"}},
+    ),
     "guess": _procedural("agentrl_ext.envs.guess.task:GuessTask"),
     "calc": _procedural("agentrl_ext.envs.calc.task:CalcTask"),
     "gridroom": _procedural("agentrl_ext.envs.gridroom.task:GridRoomTask"),
