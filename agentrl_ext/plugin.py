@@ -12,7 +12,8 @@ so that a broken import surfaces, with its traceback, in the process that needs 
 - ``agentrl`` agent loop: registered by import path; verl's agent-loop worker imports it when it
   instantiates the first episode;
 - ``task_norm_grpo`` estimator: a thin function that imports the estimator on first call;
-- ``agentrl_sync`` trainer mode: verl's registry wants the class itself, so it is imported here;
+- ``agentrl_sync`` and ``agentrl_async`` trainer modes: verl's registry wants the class itself, so
+  they are imported here;
 - pre-Ray checks: verl's ``main_ppo`` runs :func:`agentrl_ext.trainer.main.preflight` (config
   checks, CPU changes) on its composed config right before ``ray.init``, as ``agentrl-train`` does.
 """
@@ -74,6 +75,10 @@ def _trainer_mode() -> None:
     import agentrl_ext.trainer.agentrl_trainer  # noqa: F401  (trainer.v1.trainer_mode=agentrl_sync)
 
 
+def _async_trainer_mode() -> None:
+    import agentrl_ext.trainer.async_trainer  # noqa: F401  (trainer.v1.trainer_mode=agentrl_async)
+
+
 def _pre_ray_checks() -> None:
     from agentrl_ext.platform.verl_compat import run_before_verl_config_validation
 
@@ -89,4 +94,5 @@ _register("the CPU platform", _platform)
 _register("agent loop 'agentrl'", _agent_loop)
 _register("advantage estimator 'task_norm_grpo'", _estimator)
 _register("trainer mode 'agentrl_sync'", _trainer_mode)
+_register("trainer mode 'agentrl_async'", _async_trainer_mode)
 _register("the pre-Ray checks of verl's main_ppo", _pre_ray_checks)

@@ -3,7 +3,7 @@
 verl 0.9.1 calls custom advantage estimators with ``token_level_rewards,
 response_mask, config, index (uid)`` only: not with ``non_tensor_batch``, so an
 estimator cannot see ``data_source``. The trainer that knows the batch (our
-``agentrl_sync`` trainer, or any caller) publishes ``uid -> task`` here for the
+``agentrl_sync`` / ``agentrl_async`` trainers, or any caller) publishes ``uid -> task`` here for the
 duration of the advantage computation; the estimator looks the uids up, and
 leaves its per-task metrics here for the trainer to log.
 """
@@ -18,6 +18,9 @@ from typing import Any
 #: the estimator that needs the batch's tasks, and the trainer mode that publishes them
 ESTIMATOR_NAME = "task_norm_grpo"
 TRAINER_MODE = "agentrl_sync"
+ASYNC_TRAINER_MODE = "agentrl_async"
+#: every trainer mode that publishes the tasks
+TRAINER_MODES = (TRAINER_MODE, ASYNC_TRAINER_MODE)
 
 _lock = threading.Lock()
 _tasks: dict[str, str] | None = None

@@ -32,6 +32,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._compute_old_log_prob"),
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._compute_advantage"),
     ("verl.workers.rollout.replica", "RolloutReplicaRegistry._registry"),
+    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._add_prompts_to_generate"),
 )
 
 #: verl private instance attributes we set (checked through verl's public accessors).
@@ -43,6 +44,7 @@ PRIVATE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
 #: verl conventions we parse (not API): name -> what we rely on
 PRIVATE_CONVENTIONS: dict[str, str] = {
     "agent-loop worker actor name": "AgentLoopManager names its workers agent_loop_worker_{rank}_{8 hex}",
+    "TransferQueue replay layout": "v1 trainer: prompt key {uid} tagged is_prompt/status (pending, running, finished, failure)/global_steps; trajectory keys {uid}_{session}_{index} (ReplayBuffer docstring)",
 }
 
 #: Ray private names we rely on: (module, attribute).
@@ -363,3 +365,17 @@ def run_before_verl_config_validation(hook: Callable[[Any], None]) -> None:
         verl_config.validate_config = validate_config
     if hook not in hooks:
         hooks.append(hook)
+
+
+# ---------------------------------------------------------------------------------------------
+# verl's v1 trainer: prompts into the rollout (the agentrl_async pipeline's feeder).
+
+
+def submit_prompts(trainer: Any, num_prompts: int) -> int:
+    """Start ``num_prompts`` new prompts (GRPO groups of ``rollout.n`` episodes) on the rollout without
+    waiting for them: verl's v1 trainer takes them from its dataloader, tags them ``pending`` in
+    TransferQueue (with the prompt data, so a checkpoint can re-issue them) and hands them to the
+    agent-loop workers, which write each finished trajectory back. Returns the prompts submitted."""
+    if num_prompts <= 0:
+        return 0
+    return int(trainer._add_prompts_to_generate(num_prompts))

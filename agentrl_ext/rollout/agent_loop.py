@@ -389,6 +389,9 @@ class AgentRLAgentLoop(AgentLoopBase):
                 "aborted_generations": state.aborted_generations,
                 "env_metrics": state.env_metrics,
                 "seconds": time.perf_counter() - state.started,
+                # wall-clock start and end (the async trainer measures the rollout's idle time)
+                "t_start": time.time() - (time.perf_counter() - state.started),
+                "t_end": time.time(),
             },
             # verl groups these by data_source in its validation metrics
             "reward_extra_info": {"success": float(success), "failed": 0.0},

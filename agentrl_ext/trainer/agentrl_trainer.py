@@ -118,9 +118,16 @@ def _cross_policy_metrics(rewards: list[float], extras: list[dict[str, Any]]) ->
     return out
 
 
-@register_trainer(TRAINER_MODE)
-class AgentRLTrainerSync(TrainerStepHooks, PPOTrainerSync):
-    """verl's sync trainer with task-aware advantages, per-task metrics and cross-policy sampling."""
+class AgentRLTrainerHooks(TrainerStepHooks):
+    """AgentRL's glue for a verl v1 trainer (mixed in before verl's trainer class): task-aware
+    advantages, per-task metrics, cross-policy sampling and its stale pool. Shared by the
+    ``agentrl_sync`` and ``agentrl_async`` trainer modes."""
+
+    # set by verl's PPOTrainer
+    config: Any
+    global_steps: int
+    llm_server_manager: Any
+    actor_rollout_wg: Any
 
     stale_pool: StalePool | None = None
 
@@ -131,7 +138,7 @@ class AgentRLTrainerSync(TrainerStepHooks, PPOTrainerSync):
     def get_llm_client(self) -> Any:
         cross = self._cross_policy
         if self.stale_pool is None:
-            return super().get_llm_client()
+            return super().get_llm_client()  # type: ignore[misc]  # verl's trainer, after this mixin
         return CrossPolicyLLMServerClient(
             config=self.config,
             load_balancer_handle=self.llm_server_manager.global_load_balancer,
@@ -145,7 +152,7 @@ class AgentRLTrainerSync(TrainerStepHooks, PPOTrainerSync):
 
     def on_init_end(self) -> None:
         # verl calls this at the end of init(), after the current pool got its first weights.
-        super().on_init_end()
+        super().on_init_end()  # type: ignore[misc]  # verl's trainer, after this mixin
         cross = self._cross_policy
         if cross.enable and self.stale_pool is None:
             start_rank = len(self.llm_server_manager.get_replicas())
@@ -153,7 +160,7 @@ class AgentRLTrainerSync(TrainerStepHooks, PPOTrainerSync):
             self.stale_pool.refresh(self._current_servers(), self.global_steps)
 
     def on_step_end(self) -> None:
-        super().on_step_end()
+        super().on_step_end()  # type: ignore[misc]  # verl's trainer, after this mixin
         cross = self._cross_policy
         if self.stale_pool is not None and refresh_due(self.global_steps, cross.stale_step):
             self.stale_pool.refresh(self._current_servers(), self.global_steps)
@@ -193,3 +200,8 @@ class AgentRLTrainerSync(TrainerStepHooks, PPOTrainerSync):
                 clip_high=float(clip_high),
             )
         )
+
+
+@register_trainer(TRAINER_MODE)
+class AgentRLTrainerSync(AgentRLTrainerHooks, PPOTrainerSync):
+    """verl's sync trainer with task-aware advantages, per-task metrics and cross-policy sampling."""

@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
 #: rollouts for which the cross-policy stale pool is built
 STALE_POOL_ROLLOUTS = ("hf",)
+#: rollouts the agentrl_async trainer mode runs on (weights land between two forwards, mid-generation)
+ASYNC_ROLLOUTS = ("hf",)
 AGENT_LOOP_NAME = "agentrl"
 
 
@@ -53,10 +55,19 @@ def prepare_assets(config: DictConfig, agentrl: AgentRLConfig) -> None:
     """Build the tiny model / toy data where the recipe asks for them and they are missing."""
     model_path = Path(str(config.actor_rollout_ref.model.path))
     if agentrl.assets.build_tiny_model and not (model_path / "config.json").exists():
-        from agentrl_ext.models.tiny import build_tiny_model
+        from dataclasses import fields
+
+        from agentrl_ext.models.tiny import TinyModelSpec, build_tiny_model
+
+        sizes = {f.name for f in fields(TinyModelSpec)}
+        unknown = sorted(set(agentrl.assets.tiny_model_spec) - sizes)
+        if unknown:
+            raise ValueError(
+                f"agentrl.assets.tiny_model_spec has unknown keys {unknown}; known: {', '.join(sorted(sizes))}"
+            )
 
         logger.info("building the tiny offline model at %s", model_path)
-        build_tiny_model(model_path, seed=agentrl.assets.tiny_model_seed)
+        build_tiny_model(model_path, seed=agentrl.assets.tiny_model_seed, **agentrl.assets.tiny_model_spec)
     if agentrl.assets.build_toy_data:
         from agentrl_ext.data.toy import build_toy_dataset
 
@@ -96,6 +107,7 @@ def check_config(config: DictConfig, cuda: bool) -> None:
     # consistency of the pieces first, files on disk after
     check_cross_policy(config)
     check_algorithm(config)
+    check_async_pipeline(config)
     check_agent_loop(config)
     model_path = str(config.actor_rollout_ref.model.path)
     if "://" not in model_path and not Path(model_path).exists():
@@ -111,17 +123,57 @@ def check_config(config: DictConfig, cuda: bool) -> None:
 
 def check_algorithm(config: DictConfig) -> None:
     """``task_norm_grpo`` needs each sample's task, which only our trainer mode publishes."""
-    from agentrl_ext.algos.task_context import ESTIMATOR_NAME, TRAINER_MODE
+    from agentrl_ext.algos.task_context import ESTIMATOR_NAME, TRAINER_MODE, TRAINER_MODES
 
     if str(config.algorithm.adv_estimator) != ESTIMATOR_NAME:
         return
     mode = config.trainer.get("v1", {}).get("trainer_mode")
-    if not config.trainer.get("use_v1", True) or mode != TRAINER_MODE:
+    if not config.trainer.get("use_v1", True) or mode not in TRAINER_MODES:
         raise ValueError(
             f"algorithm.adv_estimator={ESTIMATOR_NAME} needs each sample's task (data_source), which verl does not "
-            f"pass to advantage estimators; our trainer mode publishes it: set trainer.v1.trainer_mode={TRAINER_MODE} "
+            f"pass to advantage estimators; our trainer modes publish it: set trainer.v1.trainer_mode={TRAINER_MODE} "
+            f"(or {TRAINER_MODES[1]}) "
             f"(with trainer.use_v1=true; now trainer_mode={mode}, use_v1={config.trainer.get('use_v1', True)})"
         )
+
+
+def check_async_pipeline(config: DictConfig) -> None:
+    """``trainer.v1.trainer_mode=agentrl_async``: the pieces the asynchronous pipeline needs."""
+    from agentrl_ext.algos.task_context import ASYNC_TRAINER_MODE
+    from agentrl_ext.config import agentrl_config
+    from agentrl_ext.trainer.async_buffer import policy_from_config
+
+    if config.trainer.get("v1", {}).get("trainer_mode") != ASYNC_TRAINER_MODE:
+        return
+    if not config.trainer.get("use_v1", True):
+        raise ValueError(
+            f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE} is a mode of verl's v1 trainer, but trainer.use_v1=false "
+            f"selects the legacy trainer; set trainer.use_v1=true"
+        )
+    rollout = config.actor_rollout_ref.rollout
+    if str(rollout.name) not in ASYNC_ROLLOUTS:
+        raise ValueError(
+            f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE} runs on actor_rollout_ref.rollout.name in "
+            f"{list(ASYNC_ROLLOUTS)} so far; {rollout.name} needs its weight updates to land while it generates "
+            f"(a standalone pool refreshed by a checkpoint engine, not built yet): use "
+            f"trainer.v1.trainer_mode=agentrl_sync on {rollout.name}"
+        )
+    sampler = config.trainer.v1.get("sampler") or {}
+    custom = sampler.get("custom_sampler") or {}
+    if custom.get("path") or custom.get("name"):
+        raise ValueError(
+            f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE} brings its own buffer (GRPO group barrier, variable "
+            f"batch, staleness bound), so trainer.v1.sampler.custom_sampler={dict(custom)} would be ignored; "
+            f"unset it"
+        )
+    filter_groups = config.algorithm.get("filter_groups") or {}
+    if filter_groups.get("enable", False):
+        raise ValueError(
+            f"algorithm.filter_groups.enable=true (DAPO) is not supported by trainer.v1.trainer_mode="
+            f"{ASYNC_TRAINER_MODE}; set algorithm.filter_groups.enable=false"
+        )
+    # the buffer's own arithmetic (batch vs buffer vs concurrency vs mini-batch) names its fix
+    policy_from_config(config, agentrl_config(config).async_pipeline)
 
 
 def check_agent_loop(config: DictConfig) -> None:
@@ -170,7 +222,7 @@ def check_cross_policy(config: DictConfig) -> None:
         )
 
 
-def _dataset_tasks(config: DictConfig) -> set[str]:
+def dataset_tasks(config: DictConfig) -> set[str]:
     """The ``data_source`` values of rows that the ``agentrl`` agent loop will play."""
     import pandas as pd
 
@@ -205,7 +257,7 @@ def check_environment(
     A controller that just restarted learns its workers again from their next heartbeats (every
     8 s): a missing task is asked again for up to ``rejoin_wait_s`` before it is an error.
     """
-    tasks = _dataset_tasks(config)
+    tasks = dataset_tasks(config)
     if not tasks:
         return
     url = agentrl.agent_loop.controller_url
@@ -266,11 +318,22 @@ def preflight(config: DictConfig) -> None:
 
 
 def run(config: DictConfig) -> None:
-    """Prepare, check and launch verl's trainer with a composed config."""
+    """Prepare, check and launch verl's trainer with a composed config; with the main job's stages
+    (``agentrl.envs`` / ``sft`` / ``eval``) around it when the recipe enables them."""
     from agentrl_ext.platform import activate
-    from agentrl_ext.platform.verl_compat import run_verl_main
+    from agentrl_ext.trainer.job import job_stages_enabled, run_job
 
     activate()
+    if job_stages_enabled(AgentRLConfig.from_config(config.get("agentrl"))):
+        run_job(config, run_rl)
+    else:
+        run_rl(config)
+
+
+def run_rl(config: DictConfig) -> None:
+    """Check the config and run verl's trainer."""
+    from agentrl_ext.platform.verl_compat import run_verl_main
+
     preflight(config)
     run_verl_main(config)  # verl's pre-Ray hook sees the config already checked and leaves it
 

@@ -200,3 +200,32 @@ def test_replica_server_fields_feed_verls_public_properties_on_cpu():
     verl_compat.set_replica_server(replica, handle, "hf-rollout://x")
     assert replica.server_handle is handle
     assert replica.server_address == "hf-rollout://x"
+
+
+def test_submit_prompts_starts_prompts_through_verls_trainer_on_cpu():
+    """verl's ``PPOTrainer._add_prompts_to_generate(num_prompts)`` takes that many prompts from the
+    dataloader and hands them to the rollout; the async pipeline's feeder relies on both."""
+    import inspect
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    assert list(inspect.signature(PPOTrainer._add_prompts_to_generate).parameters) == ["self", "num_prompts"]
+
+    class Trainer:  # verl's own method on a stand-in for the trainer's dataloader and rollout
+        _add_prompts_to_generate = PPOTrainer._add_prompts_to_generate
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, object]] = []
+
+        def _next_train_batch(self, num_prompts):
+            self.calls.append(("fetch", num_prompts))
+            return ["prompt"] * num_prompts
+
+        def _submit_batch_to_rollout(self, batch):
+            self.calls.append(("submit", len(batch)))
+            return len(batch)
+
+    trainer = Trainer()
+    assert verl_compat.submit_prompts(trainer, 3) == 3
+    assert trainer.calls == [("fetch", 3), ("submit", 3)]
+    assert verl_compat.submit_prompts(trainer, 0) == 0 and len(trainer.calls) == 2

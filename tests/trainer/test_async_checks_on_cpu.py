@@ -1,0 +1,55 @@
+"""The pre-Ray checks accept trainer.v1.trainer_mode=agentrl_async and name the fix for combinations
+it cannot run."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+from agentrl_ext.trainer.main import check_algorithm, check_async_pipeline, recipes_dir
+
+
+@pytest.fixture(scope="module")
+def async_config():
+    with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
+        return compose(config_name="cpu_agentrl", overrides=["trainer.v1.trainer_mode=agentrl_async"])
+
+
+def _with(config, **values):
+    config = OmegaConf.create(OmegaConf.to_container(config))
+    with open_dict(config):
+        for key, value in values.items():
+            OmegaConf.update(config, key, value, force_add=True)
+    return config
+
+
+def test_async_mode_passes_the_checks_with_task_normalized_grpo_on_cpu(async_config):
+    assert async_config.algorithm.adv_estimator == "task_norm_grpo"
+    check_algorithm(async_config)
+    check_async_pipeline(async_config)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"trainer.use_v1": False}, "trainer.use_v1=true"),
+        ({"actor_rollout_ref.rollout.name": "vllm"}, "trainer.v1.trainer_mode=agentrl_sync on vllm"),
+        ({"trainer.v1.sampler.custom_sampler": {"path": "x.py", "name": "S"}}, "unset it"),
+        ({"algorithm.filter_groups": {"enable": True}}, "algorithm.filter_groups.enable=false"),
+        # 4 prompts x 4 episodes per batch: 12 trajectories can never make a batch
+        ({"agentrl.async_pipeline.buffer_size": 12}, "buffer_size to at least 16"),
+        ({"agentrl.async_pipeline.buffer_size": 18}, "multiples of actor_rollout_ref.rollout.n=4"),
+        ({"agentrl.async_pipeline.concurrency": 2}, "multiples of actor_rollout_ref.rollout.n=4"),
+        ({"agentrl.async_pipeline.min_group_size": 5}, "min_group_size=5 must be within"),
+        ({"data.train_batch_size": 6}, "train_batch_size=6 must be a multiple"),
+    ],
+)
+def test_async_mode_rejects_what_it_cannot_run_naming_the_fix_on_cpu(async_config, values, message):
+    with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        check_async_pipeline(_with(async_config, **values))
+
+
+def test_task_norm_grpo_still_refuses_verls_own_trainer_modes_on_cpu(async_config):
+    with pytest.raises(ValueError, match="agentrl_sync \\(or agentrl_async\\)"):
+        check_algorithm(_with(async_config, **{"trainer.v1.trainer_mode": "colocate_async"}))
