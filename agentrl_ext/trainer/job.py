@@ -1,0 +1,241 @@
+"""The main job: what ``agentrl-train`` runs around verl's RL trainer when a recipe asks for it.
+
+``recipes/cpu_multitask.yaml`` (``make train``) turns every stage on; each is a key of the
+``agentrl:`` node and works alone too:
+
+1. **environments** (``agentrl.envs.launch``): the controller and the task workers, train split
+   and held-out split (``<task>_<split>``), started here and stopped at the end, also on Ctrl-C;
+2. **RL data** (``agentrl.assets.build_env_data``): ``data.train_files`` from the controller's
+   train indices with AgentRL's task mixing;
+3. **SFT warm start** (``agentrl.sft.enable``): the tasks' experts play through the controller,
+   verl's SFT trainer trains the model on their episodes, RL starts from the weights it saved;
+4. **held-out evaluation before RL** (``agentrl.eval.enable``);
+5. **RL**: verl's trainer with our agent loop (``trainer.v1.trainer_mode``), checkpointing the
+   actor's Hugging Face weights at the last step;
+6. **held-out evaluation after RL** of those weights;
+7. **report**: the per-task table before/after (printed, and ``report.md``), the evaluation JSON
+   files, and the plots of ``agentrl-plot`` in ``plots/``.
+
+Everything goes to the run folder, verl's ``trainer.default_local_dir``: ``sft/``, ``data/``,
+``global_step_N/`` (verl's checkpoints), ``metrics.jsonl`` (verl's file logger), ``eval/``,
+``plots/``, ``report.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, open_dict
+
+from agentrl_ext.config import AgentRLConfig
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["job_stages_enabled", "run_job"]
+
+
+def job_stages_enabled(agentrl: AgentRLConfig) -> bool:
+    """Whether the config asks for anything beyond verl's RL run."""
+    return bool(
+        agentrl.sft.enable or agentrl.eval.enable or agentrl.envs.launch or agentrl.assets.build_env_data
+    )
+
+
+@contextlib.contextmanager
+def _stage(name: str, timings: dict[str, float]) -> Iterator[None]:
+    logger.info("== %s", name)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[name] = time.monotonic() - started
+        logger.info("== %s: %.0f s", name, timings[name])
+
+
+def run_dir_of(config: DictConfig) -> Path:
+    """The run folder: verl's ``trainer.default_local_dir``, absolute."""
+    return Path(os.path.expanduser(str(config.trainer.default_local_dir))).resolve()
+
+
+def _rl_tasks(config: DictConfig, agentrl: AgentRLConfig) -> list[str]:
+    if agentrl.envs.tasks:
+        return list(agentrl.envs.tasks)
+    from agentrl_ext.trainer.main import dataset_tasks
+
+    return sorted(dataset_tasks(config))
+
+
+def build_env_data(config: DictConfig, controller_url: str, tasks: list[str], seed: int) -> None:
+    """``data.train_files`` (AgentRL's mixing, repeated tasks) and ``data.val_files`` (each index
+    once) from the controller's indices of ``tasks``."""
+    import asyncio
+
+    from agentrl_ext.data.multitask import build_multitask_dataset, fetch_indices
+
+    indices = asyncio.run(fetch_indices(controller_url, tasks))
+    build_multitask_dataset(indices, str(config.data.train_files), seed=seed, split="train")
+    build_multitask_dataset(indices, str(config.data.val_files), seed=seed, split="val")
+    logger.info(
+        "RL data: %s -> %s",
+        ", ".join(f"{t} ({len(i)} indices)" for t, i in indices.items()),
+        config.data.train_files,
+    )
+
+
+def last_actor_weights(run_dir: Path) -> Path:
+    """The Hugging Face weights of the actor's last checkpoint in ``run_dir``."""
+    tracker = run_dir / "latest_checkpointed_iteration.txt"
+    if not tracker.exists():
+        raise RuntimeError(
+            f"verl wrote no checkpoint in {run_dir}: set trainer.save_freq > 0 so the last step is saved"
+        )
+    step = int(tracker.read_text().strip())
+    weights = run_dir / f"global_step_{step}" / "actor" / "huggingface"
+    if not (weights / "config.json").exists():
+        raise RuntimeError(
+            f"the checkpoint of step {step} has no Hugging Face weights at {weights}: add hf_model to "
+            "actor_rollout_ref.actor.checkpoint.save_contents"
+        )
+    return weights
+
+
+def evaluate_policy(
+    config: DictConfig, agentrl: AgentRLConfig, controller_url: str, tasks: list[str], model: Path, label: str
+) -> Any:
+    """Evaluate ``model`` on ``tasks`` at ``controller_url``; writes ``eval/<label>.json``."""
+    from agentrl_ext.eval import EvalSettings, evaluate
+
+    spec = agentrl.eval
+    settings = EvalSettings(
+        runs=spec.runs_per_sample,
+        concurrency=spec.concurrency,
+        temperature=spec.temperature,
+        max_turns=spec.max_turns or agentrl.agent_loop.max_turns,
+        max_tokens=agentrl.agent_loop.max_tokens_per_turn,
+        prompt_length=int(config.data.max_prompt_length),
+        response_length=int(config.data.max_response_length),
+        success_reward=agentrl.agent_loop.success_reward,
+        seed=int(config.trainer.get("seed", 0) or 0),
+        env_timeout_s=agentrl.agent_loop.env_timeout_s,
+    )
+    report = evaluate(controller_url, tasks, [str(model)], settings, limit=spec.num_samples, label=label)
+    report.save(run_dir_of(config) / "eval" / f"{label}.json")
+    return report
+
+
+@contextlib.contextmanager
+def _held_out_stack(agentrl: AgentRLConfig, tasks: list[str], run_dir: Path) -> Iterator[str]:
+    """The controller the evaluation talks to: with ``agentrl.envs.launch``, a second stack of the
+    same tasks on their held-out split (``agentrl.eval.split``), so no held-out sample can reach
+    training; else ``agentrl.eval.controller_url`` (default: the agent loop's controller)."""
+    if not agentrl.envs.launch:
+        yield agentrl.eval.controller_url or str(agentrl.agent_loop.controller_url)
+        return
+    from agentrl_ext.env.launcher import EnvStack, free_port
+
+    stack = EnvStack(
+        tasks=tasks,
+        port=free_port(),
+        docker=agentrl.envs.docker,
+        split=agentrl.eval.split,
+        kwargs={
+            name: dict(values)
+            for name, values in dict(agentrl.envs.task_kwargs or {}).items()
+            if name in tasks
+        },
+        log_dir=run_dir / "logs" / f"envs_{agentrl.eval.split}",
+        ready_timeout_s=agentrl.envs.ready_timeout_s,
+    )
+    with stack:
+        yield stack.api
+
+
+def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
+    """Run the stages the config enables around ``run_rl(config)`` (verl's trainer)."""
+    from agentrl_ext.env.launcher import launch_from_config
+    from agentrl_ext.trainer.main import prepare_assets
+
+    agentrl = AgentRLConfig.from_config(config.get("agentrl"))
+    run_dir = run_dir_of(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    reports: list[Any] = []
+    started = time.monotonic()
+    with contextlib.ExitStack() as servers:
+        with _stage("environments", timings):
+            stack = servers.enter_context(launch_from_config(agentrl))
+            if stack is not None:
+                with open_dict(config):
+                    config.agentrl.agent_loop.controller_url = stack.api
+            controller_url = str(config.agentrl.agent_loop.controller_url)
+            tasks = _rl_tasks(config, agentrl)
+            eval_tasks = list(agentrl.eval.tasks) or tasks
+            eval_url = (
+                servers.enter_context(_held_out_stack(agentrl, eval_tasks, run_dir))
+                if agentrl.eval.enable
+                else ""
+            )
+        if agentrl.assets.build_env_data:
+            with _stage("RL data", timings):
+                build_env_data(config, controller_url, tasks, seed=int(config.trainer.get("seed", 0) or 0))
+        prepare_assets(config, agentrl)
+        if agentrl.sft.enable:
+            with _stage("SFT warm start", timings):
+                _warm_start(config, agentrl, controller_url, tasks, run_dir)
+        if agentrl.eval.enable:
+            with _stage("evaluation before RL", timings):
+                model = Path(str(config.actor_rollout_ref.model.path))
+                reports.append(evaluate_policy(config, agentrl, eval_url, eval_tasks, model, "before_rl"))
+        os.environ.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / "metrics.jsonl"))
+        with _stage("RL", timings):
+            run_rl(config)
+        if agentrl.eval.enable:
+            with _stage("evaluation after RL", timings):
+                model = last_actor_weights(run_dir)
+                reports.append(evaluate_policy(config, agentrl, eval_url, eval_tasks, model, "after_rl"))
+    timings["total"] = time.monotonic() - started
+    _report(run_dir, reports, timings)
+
+
+def _warm_start(
+    config: DictConfig, agentrl: AgentRLConfig, controller_url: str, tasks: list[str], run_dir: Path
+) -> None:
+    from agentrl_ext.data.expert import EXPERTS
+    from agentrl_ext.platform import cpu_platform_active
+    from agentrl_ext.trainer.sft import run_sft, write_expert_dataset
+
+    sft_tasks = list(agentrl.sft.tasks) or [t for t in tasks if t in EXPERTS]
+    if not sft_tasks:
+        raise ValueError(
+            f"agentrl.sft.enable is set but none of the run's tasks {tasks} has an expert "
+            f"(known: {', '.join(sorted(EXPERTS))}); set agentrl.sft.tasks or turn the warm start off"
+        )
+    files = write_expert_dataset(
+        controller_url, sft_tasks, agentrl.sft.episodes_per_task, run_dir / "sft" / "data"
+    )
+    base = Path(str(config.actor_rollout_ref.model.path))
+    weights = run_sft(base, files, run_dir / "sft", agentrl.sft, cpu=cpu_platform_active())
+    with open_dict(config):
+        config.actor_rollout_ref.model.path = str(weights)
+    logger.info("RL starts from the warm-started weights %s", weights)
+
+
+def _report(run_dir: Path, reports: list[Any], timings: dict[str, float]) -> None:
+    lines = ["# Run report", "", f"run folder: {run_dir}", ""]
+    if reports:
+        from agentrl_ext.eval import plot_run, render_comparison
+
+        table = render_comparison(reports)
+        print("\n" + table + "\n", flush=True)
+        lines += ["## Held-out evaluation", "", table, ""]
+        plots = plot_run(run_dir)
+        lines += ["## Plots", ""] + [f"- {p.relative_to(run_dir)}" for p in plots] + [""]
+    lines += ["## Time per stage", ""] + [f"- {name}: {seconds:.0f} s" for name, seconds in timings.items()]
+    (run_dir / "report.md").write_text("\n".join(lines) + "\n")
+    logger.info("report: %s", run_dir / "report.md")

@@ -1,0 +1,218 @@
+"""SFT warm start: expert trajectories of the procedural tasks, trained with verl's SFT trainer.
+
+Two steps, both usable alone:
+
+- :func:`write_expert_dataset` plays each task's expert (``agentrl_ext.data.expert``) on the
+  train split through the real controller -> worker path and writes one parquet file per task in
+  the layout of verl's ``MultiTurnSFTDataset`` (``messages``: the whole OpenAI conversation,
+  ``tools``: the task's tool schemas). One file per task because parquet gives a column one
+  schema: tools of different tasks in one file would be merged into a single struct, and every
+  tool would then render with the other tasks' parameters as ``null``.
+- :func:`run_sft` runs ``verl.trainer.sft_trainer`` (verl's own trainer, FSDP2 engine) under
+  ``torch.distributed.run`` in a child process and returns the Hugging Face weights it saved.
+  On the CPU platform the child gets gloo collectives, fp32 and SDPA attention (flash attention
+  does not exist there); on GPUs verl's defaults stay. Extra verl SFT overrides pass through
+  ``agentrl.sft.overrides``.
+
+    paths = write_expert_dataset("http://127.0.0.1:5020/api", ["guess", "calc"], 300, out / "data")
+    model_dir = run_sft(base_model, paths, out, SFTConfig(steps=60))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentrl_ext.config import SFTConfig
+
+logger = logging.getLogger(__name__)
+
+#: a tqdm progress update (``12/60 [00:10<00:40, 1.2it/s]``)
+PROGRESS = re.compile(rb"\d+/\d+ \[[^\]]*(?:it/s|s/it)\]")
+
+__all__ = ["expert_rows", "run_sft", "sft_command", "write_expert_dataset"]
+
+# verl's SFT defaults that cannot run on the CPU platform, and what replaces them.
+CPU_SFT_OVERRIDES = (
+    "trainer.device=cpu",
+    "engine.strategy=fsdp2",
+    "engine.use_torch_compile=false",
+    "+engine.mixed_precision.param_dtype=fp32",
+    "+engine.mixed_precision.reduce_dtype=fp32",
+    "+engine.mixed_precision.buffer_dtype=fp32",
+    "model.use_remove_padding=false",
+    "+model.override_config.attn_implementation=sdpa",
+    "model.enable_gradient_checkpointing=false",
+    "data.use_dynamic_bsz=false",
+    "data.num_workers=0",
+)
+
+
+def _clean(value: Any) -> Any:
+    """JSON-like copy without ``None`` members (a parquet struct column would keep them as nulls)."""
+    if isinstance(value, Mapping):
+        return {key: _clean(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list | tuple):
+        return [_clean(item) for item in value]
+    return value
+
+
+def expert_rows(controller_url: str, task: str, count: int, concurrency: int = 16) -> list[dict[str, Any]]:
+    """``count`` expert episodes of ``task``'s advertised (train) indices, as SFT rows.
+
+    Only episodes the expert won (status ``completed``, reward > 0) are kept; the indices are the
+    first ``count`` of the controller's ``get_indices`` for ``task``.
+    """
+    import httpx
+
+    from agentrl_ext.data.expert import play_expert_episodes
+    from agentrl_ext.env.protocol import SampleStatus
+
+    response = httpx.get(f"{controller_url}/get_indices", params={"name": task}, timeout=30)
+    if response.status_code != 200:
+        raise RuntimeError(
+            f"controller {controller_url} does not know task {task!r} (HTTP {response.status_code}: "
+            f"{response.text[:200]}); start its worker first"
+        )
+    indices = list(response.json())[:count]
+    episodes = asyncio.run(play_expert_episodes(controller_url, task, indices, concurrency=concurrency))
+    won = [e for e in episodes if e.status == SampleStatus.COMPLETED and e.reward > 0]
+    if len(won) < len(episodes):
+        logger.warning(
+            "%s: the expert lost %d of %d episodes; they are left out",
+            task,
+            len(episodes) - len(won),
+            len(episodes),
+        )
+    return [{"messages": _clean(e.messages), "tools": _clean(e.tools)} for e in won]
+
+
+def write_expert_dataset(
+    controller_url: str, tasks: Sequence[str], episodes_per_task: int, out_dir: str | Path
+) -> list[Path]:
+    """Write ``<out_dir>/<task>.parquet`` of expert episodes for every task; returns the paths."""
+    import pandas as pd
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for task in tasks:
+        rows = expert_rows(controller_url, task, episodes_per_task)
+        if not rows:
+            raise RuntimeError(f"no expert episode of task {task!r} was won: nothing to train on")
+        path = out / f"{task}.parquet"
+        pd.DataFrame(rows).to_parquet(path)
+        logger.info("SFT data: %d expert episodes of %s -> %s", len(rows), task, path)
+        paths.append(path)
+    return paths
+
+
+def sft_command(
+    model_path: str | Path, train_files: Sequence[str | Path], out_dir: str | Path, sft: SFTConfig, cpu: bool
+) -> list[str]:
+    """The ``torch.distributed.run`` command line of verl's SFT trainer for these inputs."""
+    files = ",".join(str(Path(p).resolve()) for p in train_files)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=1"]
+    argv += ["-m", "verl.trainer.sft_trainer"]
+    argv += [
+        f"model.path={Path(model_path).resolve()}",
+        f"data.train_files=[{files}]",
+        f"data.train_batch_size={sft.batch_size}",
+        f"data.micro_batch_size_per_gpu={sft.micro_batch_size}",
+        f"data.max_length={sft.max_length}",
+        "data.pad_mode=no_padding",
+        "data.truncation=error",
+        f"optim.lr={sft.lr}",
+        f"optim.lr_warmup_steps={sft.warmup_steps}",
+        f"optim.lr_scheduler_type={sft.lr_scheduler}",
+        f"trainer.total_training_steps={sft.steps}",
+        "trainer.total_epochs=1000",
+        f"trainer.default_local_dir={Path(out_dir).resolve()}",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        "trainer.resume_mode=disable",
+        f"trainer.seed={sft.seed}",
+        "trainer.logger=[console]",
+        "trainer.project_name=agentrl_ext",
+        "trainer.experiment_name=sft",
+        "checkpoint.save_contents=[model,hf_model]",
+    ]
+    if cpu:
+        argv += list(CPU_SFT_OVERRIDES)
+    return argv + list(sft.overrides)
+
+
+def run_sft(
+    model_path: str | Path,
+    train_files: Sequence[str | Path],
+    out_dir: str | Path,
+    sft: SFTConfig,
+    cpu: bool = True,
+    log_path: str | Path | None = None,
+) -> Path:
+    """Train ``model_path`` on ``train_files`` with verl's SFT trainer; returns the saved HF weights.
+
+    The child's output goes to ``log_path`` (default ``<out_dir>/sft.log``) and its progress bar to
+    this process's stderr. Ctrl-C (or any exception here) stops the child's whole process group.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log = Path(log_path) if log_path else out / "sft.log"
+    argv = sft_command(model_path, train_files, out, sft, cpu)
+    logger.info(
+        "SFT: %d steps of %d episodes with verl's SFT trainer (log: %s)", sft.steps, sft.batch_size, log
+    )
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    with open(log, "wb") as sink:
+        child = subprocess.Popen(argv, stdout=sink, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        try:
+            assert child.stderr is not None
+            _tee_progress(child.stderr, sink)
+            code = child.wait()
+        except BaseException:
+            _stop_group(child)
+            raise
+    if code != 0:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:])
+        raise RuntimeError(f"verl's SFT trainer exited with code {code}; the end of {log}:\n{tail}")
+    weights = out / f"global_step_{sft.steps}" / "huggingface"
+    if not (weights / "config.json").exists():
+        raise RuntimeError(f"verl's SFT trainer finished but saved no Hugging Face weights at {weights}")
+    return weights
+
+
+def _tee_progress(stream: Any, sink: Any) -> None:
+    """Copy the child's stderr to ``sink``; echo verl's tqdm progress bar updates to our stderr.
+
+    tqdm redraws with carriage returns, so the stream is cut at ``\r`` and ``\n`` alike.
+    """
+    pending = b""
+    while chunk := os.read(stream.fileno(), 4096):
+        sink.write(chunk)
+        pending += chunk
+        *pieces, pending = re.split(rb"[\r\n]", pending)
+        for piece in pieces:
+            if PROGRESS.search(piece):
+                sys.stderr.write("\r" + piece.decode(errors="replace").strip())
+                sys.stderr.flush()
+    sys.stderr.write("\n")
+
+
+def _stop_group(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the child's process group, SIGKILL it after 10 s."""
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    except ProcessLookupError:
+        pass
