@@ -361,9 +361,11 @@ class AgentRLTrainerAsync(AgentRLTrainerHooks, PPOTrainer):
                 [x.get("turn_policies", []) for x in infos],
             )
         )
+        begin = self._train_begin if self._train_begin is not None else float("-inf")
         for info in infos:
-            if "t_start" in info and "t_end" in info:
-                self.busy.add(float(info["t_start"]), float(info["t_end"]))
+            # groups restored from a checkpoint ran before this run: not this run's rollout time
+            if "t_start" in info and "t_end" in info and float(info["t_end"]) > begin:
+                self.busy.add(max(begin, float(info["t_start"])), float(info["t_end"]))
         idle = self.busy.idle_fraction()
         if idle is not None:
             metrics["agentrl/async/rollout_idle_frac"] = idle

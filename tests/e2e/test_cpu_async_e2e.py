@@ -1,0 +1,98 @@
+"""trainer.v1.trainer_mode=agentrl_async end to end on CPU: verl's trainer, the HF rollout, the
+agentrl agent loop against a real controller and the letters/digits task workers on 127.0.0.1;
+then a resume from its checkpoint, during which a task worker is SIGKILLed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from test_cpu_agentrl_e2e import WORKERS, _train
+
+from agentrl_ext.testing.env_servers import env_servers
+
+pytestmark = pytest.mark.slow
+
+MAX_STALENESS = 1
+
+
+def _async(*extra: str) -> list[str]:
+    return [
+        "trainer.v1.trainer_mode=agentrl_async",
+        f"agentrl.async_pipeline.max_staleness={MAX_STALENESS}",
+        "agentrl.cross_policy.stale_ratio=0.25",
+        *extra,
+    ]
+
+
+def test_async_pipeline_trains_resumes_and_survives_a_killed_worker_on_cpu(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    with env_servers(WORKERS, tmp_path / "logs") as servers:
+        first, steps = _train(
+            tmp_path / "a",
+            servers.controller_url,
+            _async(
+                "trainer.total_training_steps=2", "trainer.save_freq=2", f"trainer.default_local_dir={ckpt}"
+            ),
+        )
+        assert first.returncode == 0, first.stdout[-6000:]
+        assert sorted(steps) == [1, 2]
+        for m in steps.values():
+            for task in ("letters", "digits"):
+                assert m[f"agentrl/task/{task}/episodes"] > 0
+                assert f"agentrl/task/{task}/adv_std_after" in m
+            # variable batch: at least one batch of 4 groups, whole mini-batches of 4, at most the buffer (8)
+            assert m["agentrl/async/batch_groups"] in (4, 8)
+            assert m["agentrl/async/batch_trajectories"] == 4 * m["agentrl/async/batch_groups"]
+            assert 0 < m["agentrl/async/buffer/occupancy"] <= 1
+            assert 0 <= m["agentrl/async/rollout_idle_frac"] <= 1
+            assert 0 <= m["agentrl/async/trainer_idle_frac"] <= 1
+            # the staleness bound holds for every trained current-pool turn
+            lags = [
+                int(k.rsplit("_", 1)[1]) for k in m if k.startswith("agentrl/async/staleness/current/lag_")
+            ]
+            assert lags and max(lags) <= MAX_STALENESS
+            assert m["actor/grad_norm"] > 0
+        # step 2 trains turns generated while step 1 trained: the pipeline overlapped them
+        assert any(k.startswith("agentrl/async/staleness/current/lag_1") for k in steps[2]) or (
+            steps[2]["agentrl/async/dropped/stale_groups"] > 0
+        )
+        assert (ckpt / "global_step_2" / "transfer_queue").exists()
+
+        def kill_digits_once_resumed(metrics_file: Path) -> None:
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                try:
+                    sessions = httpx.get(
+                        f"{servers.controller_url}/list_sessions", params={"name": "digits"}
+                    ).json()
+                except httpx.HTTPError:
+                    sessions = []
+                if sessions:
+                    servers.kill("digits")  # SIGKILL
+                    return
+                time.sleep(0.05)
+
+        second, resumed = _train(
+            tmp_path / "b",
+            servers.controller_url,
+            _async(
+                "trainer.total_training_steps=4",
+                "trainer.resume_mode=auto",
+                f"trainer.default_local_dir={ckpt}",
+            ),
+            on_start=kill_digits_once_resumed,
+        )
+    assert second.returncode == 0, second.stdout[-6000:]
+    assert sorted(resumed) == [3, 4]  # continues after the checkpoint of step 2
+    assert "Restored" in second.stdout and "training prompt groups from TransferQueue" in second.stdout
+    assert sum(m["agentrl/env/failed_episodes"] for m in resumed.values()) > 0  # the killed worker's episodes
+    print(
+        "\nasync metrics:",
+        {
+            s: {k: round(v, 3) for k, v in m.items() if k.startswith("agentrl/async/")}
+            for s, m in {**steps, **resumed}.items()
+        },
+    )
