@@ -165,12 +165,20 @@ def wait_until(
         time.sleep(interval_s)
 
 
+def _libc_prctl() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except OSError:  # not glibc Linux: children do not follow a killed launcher
+        return None
+
+
+_PRCTL = _libc_prctl()  # loaded here: the child between fork and exec only calls it
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """Linux: the child gets SIGTERM when the launcher dies (even by SIGKILL)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -392,6 +400,13 @@ class EnvStack:
         if extra:
             raise ValueError(f"task kwargs given for {extra}, which are not started (tasks: {self.tasks})")
         self.task_kwargs = {name: task_kwargs(name, self.split, self.kwargs.get(name)) for name in self.tasks}
+        if self.docker:
+            missing = [n for n in self.tasks if not (SCRIPTS.parent / "envs" / n / "Dockerfile").is_file()]
+            if missing:
+                raise ValueError(
+                    f"--docker runs each worker in its task's image, but {missing} have no envs/<task>/Dockerfile; "
+                    "start them without --docker"
+                )
 
     def served_name(self, name: str) -> str:
         """The name the worker of ``name`` registers under (a ``name`` kwarg renames it, e.g. ``kg_test``)."""
@@ -668,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for each worker")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health poll
     if args.command == "list":
         for name, row in KNOWN_TASKS.items():
             print(

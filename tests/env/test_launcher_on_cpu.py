@@ -55,28 +55,39 @@ def running(pid: int) -> bool:
     return state != "Z"
 
 
-def read_until(proc: subprocess.Popen[str], marker: str, timeout_s: float) -> str:
-    """The launcher's stdout up to the line holding ``marker``; fails with the output if it exits."""
-    selector = selectors.DefaultSelector()
+def read_until(proc: subprocess.Popen[bytes], marker: str, timeout_s: float, log_dir: Path) -> str:
+    """The launcher's output up to ``marker``; fails with its output and logs otherwise.
+
+    Reads the pipe's file descriptor directly: a buffered readline could hold the marker in its
+    buffer while select() waits for more bytes that never come.
+    """
     assert proc.stdout is not None
-    selector.register(proc.stdout, selectors.EVENT_READ)
-    lines: list[str] = []
+    fd = proc.stdout.fileno()
+    selector = selectors.DefaultSelector()
+    selector.register(fd, selectors.EVENT_READ)
+    output = b""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if selector.select(timeout=1):
-            line = proc.stdout.readline()
-            if not line and proc.poll() is not None:
-                break
-            lines.append(line)
-            if marker in line:
-                return "".join(lines)
-    pytest.fail(f"no {marker!r} from agentrl-envs (exit {proc.poll()}):\n{''.join(lines)}")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break  # the launcher exited
+            output += chunk
+            if marker.encode() in output:
+                return output.decode(errors="replace")
+    logs = "".join(
+        f"\n--- {log.name}\n" + log.read_text(errors="replace")[-3000:]
+        for log in sorted(log_dir.glob("*.log"))
+    )
+    pytest.fail(
+        f"no {marker!r} from agentrl-envs (exit {proc.poll()}):\n{output.decode(errors='replace')}{logs}"
+    )
 
 
-def launcher(*args: str, log_dir: Path) -> subprocess.Popen[str]:
+def launcher(*args: str, log_dir: Path) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "agentrl_ext.env.launcher", "up", *args, "--log-dir", str(log_dir)]
     return subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env(), cwd=REPO
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=subprocess_env(), cwd=REPO
     )
 
 
@@ -120,7 +131,7 @@ def test_up_serves_dbbench_kg_guess_and_ctrl_c_leaves_nothing_on_cpu(tmp_path):
         log_dir=tmp_path,
     )
     try:
-        printed = read_until(proc, "agentrl-envs: ready", timeout_s=240)
+        printed = read_until(proc, "agentrl-envs: ready", timeout_s=300, log_dir=tmp_path)
         api = f"http://127.0.0.1:{port}/api"
         assert f"controller  {api}" in printed
         for task in ("dbbench", "kg", "guess"):
@@ -172,7 +183,7 @@ def test_a_worker_that_dies_stops_the_whole_stack_on_cpu(tmp_path):
     port = free_port()
     proc = launcher("--tasks", "guess", "--port", str(port), log_dir=tmp_path)
     try:
-        read_until(proc, "agentrl-envs: ready", timeout_s=120)
+        read_until(proc, "agentrl-envs: ready", timeout_s=300, log_dir=tmp_path)
         (worker,) = list_workers(f"http://127.0.0.1:{port}/api")["guess"]
         worker_port = int(worker["address"].rsplit(":", 1)[1].split("/")[0])
         children = descendants(proc.pid)
@@ -192,7 +203,7 @@ def test_a_worker_that_dies_stops_the_whole_stack_on_cpu(tmp_path):
 
 def test_unknown_task_lists_the_known_ones_on_cpu(tmp_path):
     proc = launcher("--tasks", "kg,nosuch", log_dir=tmp_path)
-    output, _ = proc.communicate(timeout=60)
+    output = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 2
     assert "unknown task 'nosuch'; known tasks: " + ", ".join(sorted(KNOWN_TASKS)) in output
 
