@@ -4,8 +4,8 @@
 setup:            ## create .venv with torch (CPU), verl 0.9.1 and agentrl_ext[train,dev]
 	bash scripts/setup.sh
 
-train: setup      ## the main job: GRPO on CPU with verl's trainer (cpu_smoke recipe)
-	.venv/bin/agentrl-train --config-name cpu_smoke
+train: setup      ## the main job: SFT warm start + multi-task AgentRL on CPU, held-out table before/after (cpu_multitask)
+	.venv/bin/agentrl-train --config-name cpu_multitask
 
 test:             ## the whole test suite, set-up included
 	bash scripts/test.sh

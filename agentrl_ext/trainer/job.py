@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -125,6 +127,7 @@ def evaluate_policy(
         env_timeout_s=agentrl.agent_loop.env_timeout_s,
     )
     report = evaluate(controller_url, tasks, [str(model)], settings, limit=spec.num_samples, label=label)
+    report.settings["model_path"] = str(model)
     report.save(run_dir_of(config) / "eval" / f"{label}.json")
     return report
 
@@ -159,11 +162,12 @@ def _held_out_stack(agentrl: AgentRLConfig, tasks: list[str], run_dir: Path) -> 
 def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
     """Run the stages the config enables around ``run_rl(config)`` (verl's trainer)."""
     from agentrl_ext.env.launcher import launch_from_config
-    from agentrl_ext.trainer.main import prepare_assets
+    from agentrl_ext.trainer.main import preflight
 
     agentrl = AgentRLConfig.from_config(config.get("agentrl"))
     run_dir = run_dir_of(config)
     run_dir.mkdir(parents=True, exist_ok=True)
+    _stop_on_sigterm()
     timings: dict[str, float] = {}
     reports: list[Any] = []
     started = time.monotonic()
@@ -184,7 +188,8 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
         if agentrl.assets.build_env_data:
             with _stage("RL data", timings):
                 build_env_data(config, controller_url, tasks, seed=int(config.trainer.get("seed", 0) or 0))
-        prepare_assets(config, agentrl)
+        # every check before the first expensive stage (verl's own run skips it for this config)
+        preflight(config)
         if agentrl.sft.enable:
             with _stage("SFT warm start", timings):
                 _warm_start(config, agentrl, controller_url, tasks, run_dir)
@@ -201,6 +206,17 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
                 reports.append(evaluate_policy(config, agentrl, eval_url, eval_tasks, model, "after_rl"))
     timings["total"] = time.monotonic() - started
     _report(run_dir, reports, timings)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C (the stages' ``finally`` blocks stop what they started)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def _raise(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _raise)
 
 
 def _warm_start(

@@ -181,12 +181,26 @@ def run_sft(
             _stop_group(child)
             raise
     if code != 0:
-        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:])
-        raise RuntimeError(f"verl's SFT trainer exited with code {code}; the end of {log}:\n{tail}")
+        raise RuntimeError(
+            f"verl's SFT trainer exited with code {code}; the errors in {log}:\n{_errors(log)}"
+        )
     weights = out / f"global_step_{sft.steps}" / "huggingface"
     if not (weights / "config.json").exists():
         raise RuntimeError(f"verl's SFT trainer finished but saved no Hugging Face weights at {weights}")
     return weights
+
+
+def _errors(log: Path, count: int = 8) -> str:
+    """The last error lines of the child's log, without torchrun's own report of the failure."""
+    lines = log.read_text(errors="replace").splitlines()
+    errors = [
+        line
+        for line in lines
+        if re.search(r"\w+Error\b|Error executing|Could not|Key '", line)
+        and "ChildFailedError" not in line
+        and "torch/distributed" not in line
+    ]
+    return "\n".join(errors[-count:] or lines[-count:])
 
 
 def _tee_progress(stream: Any, sink: Any) -> None:

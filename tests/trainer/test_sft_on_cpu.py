@@ -1,0 +1,120 @@
+"""The SFT warm start's data and command: expert episodes through the real controller -> worker
+path, in the layout verl's MultiTurnSFTDataset reads, and verl's SFT trainer's command line."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+
+from agentrl_ext.config import SFTConfig
+from agentrl_ext.testing.env_servers import env_servers
+from agentrl_ext.testing.tiny_model import tiny_model_path
+from agentrl_ext.trainer.sft import CPU_SFT_OVERRIDES, run_sft, sft_command, write_expert_dataset
+
+WORKERS = [
+    ("guess", "guess", "agentrl_ext.envs.guess.task:GuessTask"),
+    ("calc", "calc", "agentrl_ext.envs.calc.task:CalcTask"),
+]
+FIRST_TRAIN_INDEX = 10_000  # envs/procedural.py: the train split starts there
+
+
+@pytest.fixture(scope="module")
+def sft_files(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sft")
+    with env_servers(WORKERS, tmp / "logs") as servers:
+        paths = write_expert_dataset(servers.controller_url, ["guess", "calc"], 4, tmp / "data")
+    return {p.stem: p for p in paths}
+
+
+def _binary_search(secret: int, low: int = 1, high: int = 16) -> list[tuple[int, str]]:
+    """(guess, answer) pairs of plain binary search, written out independently of the expert."""
+    steps = []
+    while True:
+        guess = (low + high) // 2
+        answer = "correct" if guess == secret else "higher" if guess < secret else "lower"
+        steps.append((guess, answer))
+        if answer == "correct":
+            return steps
+        low, high = (guess + 1, high) if answer == "higher" else (low, guess - 1)
+
+
+def _as_list(value):
+    return [_as_list(v) for v in value] if hasattr(value, "tolist") and not isinstance(value, str) else value
+
+
+def test_one_file_per_task_with_only_its_own_tools_on_cpu(sft_files):
+    assert sorted(sft_files) == ["calc", "guess"]
+    guess = pd.read_parquet(sft_files["guess"])
+    calc = pd.read_parquet(sft_files["calc"])
+    assert len(guess) == len(calc) == 4
+    guess_tools = {t["function"]["name"]: t for t in guess.iloc[0]["tools"]}
+    assert list(guess_tools) == ["guess"]
+    # no parameter of another task leaks in as null (one parquet file, one struct schema)
+    assert list(guess_tools["guess"]["function"]["parameters"]["properties"]) == ["number"]
+    assert sorted(t["function"]["name"] for t in calc.iloc[0]["tools"]) == ["answer", "calculator"]
+
+
+def test_guess_episode_is_binary_search_on_cpu(sft_files):
+    row = pd.read_parquet(sft_files["guess"]).iloc[0]
+    messages = [{k: v for k, v in m.items() if v is not None} for m in row["messages"]]
+    secret = random.Random(FIRST_TRAIN_INDEX).randint(1, 16)  # envs/guess/README: Random(index)
+    assert messages[0] == {
+        "role": "user",
+        "content": "Guess my number from 1 to 16. I answer higher, lower or correct. You have 6 guesses.",
+    }
+    steps = _binary_search(secret)
+    assert len(messages) == 1 + 2 * len(steps)
+    for turn, (number, answer) in enumerate(steps):
+        call = messages[1 + 2 * turn]["tool_calls"][0]
+        assert call["function"]["name"] == "guess"
+        assert call["function"]["arguments"] == f'{{"number": {number}}}'
+        assert messages[2 + 2 * turn]["content"] == answer
+
+
+def test_verl_sft_dataset_trains_exactly_the_assistant_turns_on_cpu(sft_files):
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    config = OmegaConf.create({"max_length": 1024, "truncation": "error", "pad_mode": "no_padding"})
+    dataset = MultiTurnSFTDataset(str(sft_files["guess"]), tokenizer, config)  # checks the rendering itself
+    item = dataset[0]
+    ids, mask = item["input_ids"].tolist(), item["loss_mask"].tolist()
+    trained = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    row = pd.read_parquet(sft_files["guess"]).iloc[0]
+    secret = random.Random(FIRST_TRAIN_INDEX).randint(1, 16)
+    expected = "".join(
+        f'<tool_call>\n{{"name": "guess", "arguments": {{"number": {n}}}}}\n</tool_call><|im_end|>\n'
+        for n, _ in _binary_search(secret)
+    )
+    assert len(row["messages"]) == 1 + 2 * len(_binary_search(secret))
+    assert trained == expected
+
+
+def test_sft_command_on_cpu(tmp_path):
+    sft = SFTConfig(steps=7, batch_size=4, micro_batch_size=2, lr=1e-3, overrides=["optim.weight_decay=0.0"])
+    argv = sft_command(
+        tmp_path / "model", [tmp_path / "a.parquet", tmp_path / "b.parquet"], tmp_path / "out", sft, cpu=True
+    )
+    assert argv[argv.index("-m", 2) + 1] == "verl.trainer.sft_trainer"
+    assert f"data.train_files=[{tmp_path / 'a.parquet'},{tmp_path / 'b.parquet'}]" in argv
+    for expected in (
+        "trainer.total_training_steps=7",
+        "data.train_batch_size=4",
+        "data.micro_batch_size_per_gpu=2",
+    ):
+        assert expected in argv
+    assert set(CPU_SFT_OVERRIDES) <= set(argv)
+    assert argv[-1] == "optim.weight_decay=0.0"  # the user's overrides win
+    gpu = sft_command(tmp_path / "model", [tmp_path / "a.parquet"], tmp_path / "out", sft, cpu=False)
+    assert not set(CPU_SFT_OVERRIDES) & set(gpu)
+
+
+def test_sft_failure_names_the_log_on_cpu(tmp_path, sft_files):
+    sft = SFTConfig(steps=1, batch_size=2, micro_batch_size=2, overrides=["data.no_such_key=1"])
+    with pytest.raises(RuntimeError, match=r"exited with code .* the errors in .*sft\.log") as info:
+        run_sft(tiny_model_path(), [sft_files["guess"]], tmp_path / "out", sft)
+    assert "no_such_key" in str(info.value)
