@@ -1,0 +1,227 @@
+"""agentrl_sync vs agentrl_async: the same training, side by side, in one run.
+
+Same tiny model, same tasks, same number of trained trajectories: GRPO on two multi-turn tasks
+(``slowletters``, ``slowdigits``: the letters/digits games with realistic environment latency:
+every tool call takes 50–200 ms, drawn per sample and turn, and an episode lasts 2 to 6 turns
+by sample index, so some groups are slow). Each mode trains ``--steps`` steps of
+``data.train_batch_size`` prompts × ``rollout.n`` episodes through ``agentrl-train`` (verl's
+trainer, HF rollout, controller and task workers on 127.0.0.1). The async mode runs with a
+buffer of one batch (``agentrl.async_pipeline.buffer_size`` = batch × n), so that each step
+trains exactly one batch, as the sync mode does: the next batch is generated while the current
+one trains.
+
+Reported per mode, over the training loop (the sum of verl's ``timing_s/step``; start-up not
+counted): trajectories/s, tokens/s (verl's ``perf/total_num_tokens``), where a step's time goes
+(verl's ``timing_s/*`` means), the rollout's and the trainer's idle fractions, and the
+staleness of the trained turns; then the speed-up async / sync. Sync: the rollout idles while
+the trainer updates (idle = 1 − gen/step) and the trainer idles while the rollout generates
+(gen/step). Async: the pipeline's own metrics (``agentrl/async/{rollout,trainer}_idle_frac``).
+
+Usage (about 8 minutes on 2 cores)::
+
+    .venv/bin/python bench/async_vs_sync.py          # table + bench/results/async_vs_sync.json
+    .venv/bin/python bench/async_vs_sync.py --steps 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agentrl_ext.envs.letters.task import DigitsTask, LettersTask
+
+from agentrl_ext.env.protocol import SampleIndex, SampleStatus
+from agentrl_ext.env.worker import SampleResult, Session
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results" / "async_vs_sync.json"
+LATENCY_S = (0.05, 0.2)
+TURNS = (2, 6)
+
+
+class _SlowMixin:
+    """Letters/digits with environment latency on every tool call and episode lengths by index."""
+
+    alphabet: str
+
+    async def start_sample(self, index: SampleIndex, session: Session) -> SampleResult:
+        rng = random.Random(f"{type(self).__name__}/{index}")
+        turns = TURNS[0] + int(index) % (TURNS[1] - TURNS[0] + 1)
+        target = self.alphabet[int(index) % len(self.alphabet)]
+        session.inject({"role": "user", "content": f"Write the character {target} as often as you can."})
+        written, reward = "", 0.0
+        for turn in range(turns):
+            action = await session.action(validate=False)
+            await asyncio.sleep(rng.uniform(*LATENCY_S))  # the environment's work on this call
+            written += (action.content or "") + "".join(
+                str(c.arguments.get("text", "")) for c in action.tool_calls
+            )
+            reward = written.count(target) / len(written) if written else 0.0
+            session.report(reward, chars=len(written))
+            if turn + 1 < turns:
+                session.inject({"role": "user", "content": f"Again: the character {target}."})
+        return SampleResult(SampleStatus.COMPLETED, reward=reward, result={"chars": len(written)})
+
+
+class SlowLettersTask(_SlowMixin, LettersTask):
+    name = "slowletters"
+
+
+class SlowDigitsTask(_SlowMixin, DigitsTask):
+    name = "slowdigits"
+
+
+WORKERS = [
+    ("slowletters", "slowletters", "async_vs_sync:SlowLettersTask"),
+    ("slowdigits", "slowdigits", "async_vs_sync:SlowDigitsTask"),
+]
+
+
+def _train(
+    work: Path, controller_url: str, data: dict[str, Path], mode: str, args: argparse.Namespace
+) -> dict:
+    metrics_file = work / f"{mode}.jsonl"
+    env = dict(os.environ, AGENTRL_CACHE_DIR=str(work / "cache"), VERL_FILE_LOGGER_PATH=str(metrics_file))
+    n, batch = args.n, args.batch
+    cmd = [
+        sys.executable, "-m", "agentrl_ext.trainer.main", "--config-name", "cpu_agentrl",
+        f"agentrl.agent_loop.controller_url={controller_url}",
+        f"data.train_files={data['train']}", f"data.val_files={data['val']}",
+        f"data.train_batch_size={batch}", f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",
+        f"actor_rollout_ref.rollout.n={n}", f"trainer.total_training_steps={args.steps}",
+        "agentrl.cross_policy.enable=false", f"trainer.v1.trainer_mode={mode}",
+        f"agentrl.async_pipeline.buffer_size={batch * n}",
+        "trainer.logger=[console,file]", f"hydra.run.dir={work / mode / 'hydra'}",
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{mode} failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    steps = {r["step"]: r["data"] for r in map(json.loads, metrics_file.read_text().splitlines())}
+    return summarize(mode, [steps[s] for s in sorted(steps)], wall)
+
+
+def summarize(mode: str, steps: list[dict[str, float]], wall_s: float) -> dict[str, Any]:
+    loop_s = sum(m["timing_s/step"] for m in steps)
+    trajectories = sum(m.get("agentrl/async/batch_trajectories", 0.0) for m in steps) or sum(
+        m["agentrl/task/slowletters/episodes"] + m["agentrl/task/slowdigits/episodes"] for m in steps
+    )
+    tokens = sum(m["perf/total_num_tokens"] for m in steps)
+    timing = {
+        k.split("/", 1)[1]: sum(m.get(k, 0.0) for m in steps) / len(steps)
+        for k in sorted({k for m in steps for k in m if k.startswith("timing_s/")})
+    }
+    if mode == "agentrl_sync":
+        gen = sum(m.get("timing_s/gen", 0.0) for m in steps)
+        rollout_idle, trainer_idle = 1 - gen / loop_s, gen / loop_s
+        staleness = {"0": "all (on-policy)"}
+    else:
+        rollout_idle = steps[-1].get("agentrl/async/rollout_idle_frac")
+        trainer_idle = steps[-1].get("agentrl/async/trainer_idle_frac")
+        staleness = {}
+        for m in steps:
+            for k, v in m.items():
+                if k.startswith("agentrl/async/staleness/lag_"):
+                    lag = k.rsplit("_", 1)[1]
+                    staleness[lag] = staleness.get(lag, 0) + int(v)
+    return {
+        "mode": mode,
+        "steps": len(steps),
+        "trajectories": int(trajectories),
+        "tokens": int(tokens),
+        "loop_s": loop_s,
+        "wall_s_with_startup": wall_s,
+        "trajectories_per_s": trajectories / loop_s,
+        "tokens_per_s": tokens / loop_s,
+        "rollout_idle_frac": rollout_idle,
+        "trainer_idle_frac": trainer_idle,
+        "turn_staleness": staleness,
+        "timing_s_mean": timing,
+    }
+
+
+def _load() -> dict[str, Any]:
+    load1, load5, _ = os.getloadavg()
+    return {"loadavg_1m": load1, "loadavg_5m": load5, "cpus": os.cpu_count()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=4, help="prompts per step (data.train_batch_size)")
+    parser.add_argument("--n", type=int, default=4, help="episodes per prompt (rollout.n)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    from agentrl_ext.data.multitask import build_multitask_dataset, fetch_indices
+    from agentrl_ext.testing.env_servers import EnvServers, wait_routable
+
+    load_before = _load()
+    with tempfile.TemporaryDirectory(prefix="async_vs_sync_") as tmp:
+        work = Path(tmp)
+        with EnvServers(work / "logs", python_path=[BENCH]) as servers:
+            controller = servers.controller()
+            for name, _task, spec in WORKERS:
+                servers.worker(controller, spec, name=name, heartbeat_interval=1.0)
+            for _name, task, _spec in WORKERS:
+                wait_routable(controller, task, 1, 60.0)
+            url = servers.controller_url
+            indices = asyncio.run(fetch_indices(url, ["slowletters", "slowdigits"]))
+            data = {
+                "train": build_multitask_dataset(indices, work / "data" / "train.parquet", seed=0),
+                "val": build_multitask_dataset(
+                    {t: i[:2] for t, i in indices.items()}, work / "data" / "val.parquet", split="val"
+                ),
+            }
+            runs = [_train(work, url, data, mode, args) for mode in ("agentrl_sync", "agentrl_async")]
+    sync, asyn = runs
+    speedup = asyn["trajectories_per_s"] / sync["trajectories_per_s"]
+    print(
+        f"\n{'mode':<14} {'traj':>5} {'loop s':>7} {'traj/s':>7} {'tok/s':>8} {'rollout idle':>12} {'trainer idle':>12}"
+    )
+    for r in runs:
+        print(
+            f"{r['mode']:<14} {r['trajectories']:>5} {r['loop_s']:>7.1f} {r['trajectories_per_s']:>7.2f} "
+            f"{r['tokens_per_s']:>8.0f} {r['rollout_idle_frac']:>12.2f} {r['trainer_idle_frac']:>12.2f}"
+        )
+    print(f"speed-up (async / sync, trajectories/s): {speedup:.2f}x")
+    print("async turn staleness (trained turns per lag):", asyn["turn_staleness"])
+    for r in runs:
+        print(f"{r['mode']} mean step time split:", {k: round(v, 2) for k, v in r["timing_s_mean"].items()})
+    result = {
+        "bench": "async_vs_sync",
+        "settings": {
+            "steps": args.steps,
+            "train_batch_size": args.batch,
+            "rollout_n": args.n,
+            "tool_latency_s": list(LATENCY_S),
+            "episode_turns": list(TURNS),
+            "async_buffer_size": args.batch * args.n,
+            "model": "tiny Qwen2 (agentrl-tiny-model, seed 0)",
+        },
+        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        "load_before": load_before,
+        "load_after": _load(),
+        "speedup_trajectories_per_s": speedup,
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
