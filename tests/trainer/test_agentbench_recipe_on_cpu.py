@@ -37,10 +37,10 @@ LIMIT_ARGUMENT = {
 }
 
 #: the longest opening prompt (system + first user message + tool schemas, rendered with the tiny
-#: model's tokenizer and chat template) of each task's train split, as agentrl-train serves it
-#: (dbbench offline: its dev split; kg: no one-shot example on train), measured over every sample
-#: (dbbench, os, kg) or through the controller (alfworld, webshop); see the recipe's header
-LONGEST_OPENING_PROMPT = {"dbbench": 1237, "os": 1250, "kg": 2302}
+#: model's tokenizer and chat template) of each task's train split as agentrl-train serves it,
+#: measured through the controller (dbbench: its dev split offline; kg: no one-shot example on
+#: train); max over all samples for dbbench, os, kg, over 24 evenly spaced ones for alfworld, webshop
+LONGEST_OPENING_PROMPT = {"dbbench": 1237, "os": 1250, "alfworld": 2002, "kg": 2302, "webshop": 885}
 
 
 def _compose(overrides: list[str] | None = None) -> DictConfig:
