@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from agentrl_ext.testing.raw_protocol import RawClient as ProtocolClient
+from agentrl_ext.testing.raw_protocol import tool_call
 from agentrl_ext.testing.vendored_data import vendored_data_dir
 from envs.alfworld.engine import GameProcess, engine_missing, shutdown
 
@@ -70,33 +70,15 @@ def descendants(pid: int) -> set[int]:
 
 
 def call(arguments: Any, name: str = "take_action", call_id: str = "call-0") -> dict[str, Any]:
-    """An OpenAI tool call; ``arguments`` as a dict (JSON-encoded here) or a raw string."""
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
+    """An OpenAI tool call (``take_action`` unless named); ``arguments`` as a dict or a raw string."""
+    return tool_call(name, arguments, call_id)
 
 
-class RawClient:
-    """Speaks only the raw AgentRL HTTP protocol to a controller (``start_sample``, ``interact``)."""
+class RawClient(ProtocolClient):
+    """The raw AgentRL protocol client (``agentrl_ext.testing.raw_protocol``) with alfworld's tools."""
 
     def __init__(self, api: str, task: str = "alfworld") -> None:
-        self.api = api
-        self.task = task
-        self.http = httpx.Client(timeout=120)
-
-    def start(self, index: int) -> tuple[str, dict[str, Any]]:
-        response = self.http.post(f"{self.api}/start_sample", json={"name": self.task, "index": index})
-        assert response.status_code == 200, response.text
-        return response.headers["session_id"], response.json()
-
-    def step(self, session_id: str, *calls: dict[str, Any], content: str | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = list(calls)
-        response = self.http.post(
-            f"{self.api}/interact", headers={"session_id": session_id}, json={"messages": [message]}
-        )
-        assert response.status_code == 200, response.text
-        return response.json()
+        super().__init__(api, task, timeout_s=120)
 
     def act(self, session_id: str, action: str, number: int = 0) -> dict[str, Any]:
         return self.step(session_id, call({"action": action}, call_id=f"call-{number}"))
@@ -109,6 +91,3 @@ class RawClient:
             if answer["finish"]:
                 break
         return answer
-
-    def cancel(self, session_id: str) -> None:
-        self.http.post(f"{self.api}/cancel", headers={"session_id": session_id})

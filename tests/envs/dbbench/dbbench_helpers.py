@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -10,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from agentrl_ext.testing.env_servers import REPO
+from agentrl_ext.testing.raw_protocol import RawClient as ProtocolClient
+from agentrl_ext.testing.raw_protocol import tool_call as call
 from agentrl_ext.testing.vendored_data import vendored_data_dir
 
 SHARED_DATA = vendored_data_dir()
@@ -77,34 +77,11 @@ def start_private_mariadb(root: Path) -> MariaDBServer:
 # ---------------------------------------------------------------------------- raw AgentRL protocol
 
 
-def call(name: str, arguments: Any, call_id: str = "call-0") -> dict[str, Any]:
-    """An OpenAI tool call; ``arguments`` as a dict (JSON-encoded here) or a raw string."""
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
-
-
-class RawClient:
-    """Speaks only the raw AgentRL HTTP protocol to a controller (``start_sample``, ``interact``)."""
+class RawClient(ProtocolClient):
+    """The raw AgentRL protocol client (``agentrl_ext.testing.raw_protocol``) with dbbench's tools."""
 
     def __init__(self, api: str, task: str = "dbbench") -> None:
-        self.api = api
-        self.task = task
-        self.http = httpx.Client(timeout=60)
-
-    def start(self, index: int) -> tuple[str, dict[str, Any]]:
-        response = self.http.post(f"{self.api}/start_sample", json={"name": self.task, "index": index})
-        assert response.status_code == 200, response.text
-        return response.headers["session_id"], response.json()
-
-    def step(self, session_id: str, *calls: dict[str, Any], content: str | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = list(calls)
-        response = self.http.post(
-            f"{self.api}/interact", headers={"session_id": session_id}, json={"messages": [message]}
-        )
-        assert response.status_code == 200, response.text
-        return response.json()
+        super().__init__(api, task, timeout_s=60)
 
     def sql(self, session_id: str, query: str) -> dict[str, Any]:
         return self.step(session_id, call("execute_sql", {"query": query}))

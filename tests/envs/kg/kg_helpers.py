@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-import httpx
+from agentrl_ext.testing.raw_protocol import RawClient as ProtocolClient
+from agentrl_ext.testing.raw_protocol import tool_call as call
 
 KG_TASK = "agentrl_ext.envs.kg.task:KGTask"
-
-
-def call(name: str, arguments: Any, call_id: str = "call-0") -> dict[str, Any]:
-    """An OpenAI tool call; ``arguments`` as a dict (JSON-encoded here) or a raw string."""
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
 
 
 PARAMETERS = {
@@ -42,28 +36,11 @@ def variables_made(actions: list[str] | tuple[str, ...]) -> int:
     return sum(1 for a in actions if not a.startswith(("get_relations(", "get_attributes(")))
 
 
-class RawClient:
-    """Speaks only the raw AgentRL HTTP protocol to a controller (``start_sample``, ``interact``)."""
+class RawClient(ProtocolClient):
+    """The raw AgentRL protocol client (``agentrl_ext.testing.raw_protocol``) with kg's tools."""
 
     def __init__(self, api: str, task: str = "kg") -> None:
-        self.api = api
-        self.task = task
-        self.http = httpx.Client(timeout=60)
-
-    def start(self, index: int) -> tuple[str, dict[str, Any]]:
-        response = self.http.post(f"{self.api}/start_sample", json={"name": self.task, "index": index})
-        assert response.status_code == 200, response.text
-        return response.headers["session_id"], response.json()
-
-    def step(self, session_id: str, *calls: dict[str, Any], content: str | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = list(calls)
-        response = self.http.post(
-            f"{self.api}/interact", headers={"session_id": session_id}, json={"messages": [message]}
-        )
-        assert response.status_code == 200, response.text
-        return response.json()
+        super().__init__(api, task, timeout_s=60)
 
     def play(self, index: int, actions: list[str] | tuple[str, ...], final: str) -> tuple[list[dict], dict]:
         """Start ``index``, run ``actions`` one per step, then say ``final``; (tool messages, last answer)."""

@@ -7,44 +7,21 @@ with ``bash_action`` (a Python example through ``python3 -c``) and answers what 
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
-import httpx
+from agentrl_ext.testing.raw_protocol import RawClient as ProtocolClient
+from agentrl_ext.testing.raw_protocol import tool_call as call
 
 OS_TASK = "agentrl_ext.envs.os.task:OSTask"
 OUTPUT_PREFIX = "The output of the OS:\n\n"
 
 
-def call(name: str, arguments: Any, call_id: str = "call-0") -> dict[str, Any]:
-    """An OpenAI tool call; ``arguments`` as a dict (JSON-encoded here) or a raw string."""
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
-
-
-class RawClient:
-    """Speaks only the raw AgentRL HTTP protocol to a controller (``start_sample``, ``interact``)."""
+class RawClient(ProtocolClient):
+    """The raw AgentRL protocol client (``agentrl_ext.testing.raw_protocol``) with os's tools."""
 
     def __init__(self, api: str, task: str = "os") -> None:
-        self.api = api
-        self.task = task
-        self.http = httpx.Client(timeout=120)
-
-    def start(self, index: int) -> tuple[str, dict[str, Any]]:
-        response = self.http.post(f"{self.api}/start_sample", json={"name": self.task, "index": index})
-        assert response.status_code == 200, response.text
-        return response.headers["session_id"], response.json()
-
-    def step(self, session_id: str, *calls: dict[str, Any], content: str | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = list(calls)
-        response = self.http.post(
-            f"{self.api}/interact", headers={"session_id": session_id}, json={"messages": [message]}
-        )
-        assert response.status_code == 200, response.text
-        return response.json()
+        super().__init__(api, task, timeout_s=120)
 
     def bash(self, session_id: str, script: str) -> dict[str, Any]:
         return self.step(session_id, call("bash_action", {"script": script}))
@@ -54,9 +31,6 @@ class RawClient:
 
     def finish(self, session_id: str, thought: str = "done") -> dict[str, Any]:
         return self.step(session_id, call("finish_action", {"thought": thought}))
-
-    def cancel(self, session_id: str) -> None:
-        self.http.post(f"{self.api}/cancel", headers={"session_id": session_id})
 
 
 def shown_output(answer: dict[str, Any]) -> str:

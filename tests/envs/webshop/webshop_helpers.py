@@ -11,6 +11,9 @@ from typing import Any
 
 import httpx
 
+from agentrl_ext.testing.raw_protocol import RawClient as ProtocolClient
+from agentrl_ext.testing.raw_protocol import tool_call as call
+
 WEBSHOP_TASK = "agentrl_ext.envs.webshop.task:WebShopTask"
 
 
@@ -42,38 +45,16 @@ def colour_glued(value: str) -> bool:
     return colour not in words
 
 
-def call(name: str, arguments: Any, call_id: str = "call-0") -> dict[str, Any]:
-    """An OpenAI tool call; ``arguments`` as a dict (JSON-encoded here) or a raw string."""
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
-
-
-class RawClient:
-    """Speaks only the raw AgentRL HTTP protocol to a controller (``start_sample``, ``interact``)."""
+class RawClient(ProtocolClient):
+    """The raw AgentRL protocol client (``agentrl_ext.testing.raw_protocol``) with webshop's tools."""
 
     def __init__(self, api: str, task: str = "webshop") -> None:
-        self.api = api
-        self.task = task
-        self.http = httpx.Client(timeout=60)
+        super().__init__(api, task, timeout_s=60)
 
-    def start(self, index: int) -> tuple[str, dict[str, Any]]:
-        response = self.http.post(f"{self.api}/start_sample", json={"name": self.task, "index": index})
+    def cancel(self, session_id: str) -> httpx.Response:
+        response = super().cancel(session_id)
         assert response.status_code == 200, response.text
-        return response.headers["session_id"], response.json()
-
-    def step(self, session_id: str, *calls: dict[str, Any], content: str | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = list(calls)
-        response = self.http.post(
-            f"{self.api}/interact", headers={"session_id": session_id}, json={"messages": [message]}
-        )
-        assert response.status_code == 200, response.text
-        return response.json()
-
-    def cancel(self, session_id: str) -> None:
-        response = self.http.post(f"{self.api}/cancel", headers={"session_id": session_id})
-        assert response.status_code == 200, response.text
+        return response
 
     def search(self, session_id: str, keywords: str) -> dict[str, Any]:
         return self.step(session_id, call("search_action", {"keywords": keywords}))
