@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from typing import Any
 import httpx
 from agentrl_ext.envs.alfworld.data import LISTS_DIR, load_split
 from agentrl_ext.envs.alfworld.engine import engine_missing
+from latency_stats import percentiles
 
 from agentrl_ext.data.store import DataError, data_dir, install_from, require
 from agentrl_ext.testing.env_servers import REPO, EnvServers
@@ -68,16 +68,6 @@ def tree(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "mean_ms": round(statistics.fmean(ordered), 1),
-        "p50_ms": round(ordered[len(ordered) // 2], 1),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 1),
-    }
 
 
 def action(text: str, number: int) -> dict[str, Any]:
@@ -149,8 +139,8 @@ def run(root: Path, data: Path, games: int, steps: int, open_sessions: int) -> d
             "split": "new_std",
             "games": order,
             "worker_start_s": round(worker_start_s, 2),
-            "start_sample": percentiles(start_ms),
-            "take_action": percentiles(step_ms),
+            "start_sample": percentiles(start_ms, 1),
+            "take_action": percentiles(step_ms, 1),
             "open_sessions": open_sessions,
             "pss_idle_mb": round(idle_pss / 1024, 1),
             "pss_with_open_sessions_mb": round(loaded_pss / 1024, 1),

@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,30 +32,13 @@ from typing import Any
 
 import httpx
 from agentrl_ext.envs.dbbench.data import load_split
+from latency_stats import percentiles, rss_mb
 
 from agentrl_ext.data.store import DataError, data_dir, install_from, require
 from agentrl_ext.testing.env_servers import REPO, EnvServers
 
 TASK = "agentrl_ext.envs.dbbench.task:DBBenchTask"
 SHARED_DATA = REPO.parent / "shared" / "data"
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` in MB (VmRSS)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "mean_ms": round(statistics.fmean(ordered), 2),
-        "p50_ms": round(ordered[len(ordered) // 2], 2),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 2),
-    }
 
 
 def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from typing import Any
 import httpx
 from agentrl_ext.envs.kg.offline import build_offline_graph
 from agentrl_ext.envs.kg.questions import generate_questions, split_questions
+from latency_stats import percentiles, rss_mb
 
 from agentrl_ext.testing.env_servers import REPO, EnvServers
 
@@ -46,24 +46,6 @@ PARAMETERS = {
     "argmin": ["variable", "attribute"],
     "count": ["variable"],
 }
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` in MB (VmRSS)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "mean_ms": round(statistics.fmean(ordered), 2),
-        "p50_ms": round(ordered[len(ordered) // 2], 2),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 2),
-    }
 
 
 def step_message(action: str) -> tuple[str, dict[str, Any]]:

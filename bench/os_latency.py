@@ -38,26 +38,10 @@ from agentrl_ext.testing.env_servers import REPO, EnvServers
 from agentrl_ext.testing.vendored_data import vendored_data_dir
 
 sys.path.insert(0, str(REPO / "tests" / "envs" / "os"))
+from latency_stats import percentiles, rss_mb
 from os_helpers import OS_TASK, RawClient, call, shown_output  # noqa: E402
 
 IMAGE = "agentrl-os:default"
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "mean_ms": round(statistics.fmean(ordered), 1),
-        "p50_ms": round(ordered[len(ordered) // 2], 1),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 1),
-    }
 
 
 def problems(data: Path) -> list[tuple[dict[str, Any], Path]]:
@@ -151,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             for session in held:
                 client.cancel(session)
     result = {
-        "start_sample": percentiles(starts),
-        "bash_action": percentiles(steps),
-        "answer_with_check": percentiles(answers),
+        "start_sample": percentiles(starts, 1),
+        "bash_action": percentiles(steps, 1),
+        "answer_with_check": percentiles(answers, 1),
         "gold_reward_1": len(items) - len(failed),
         "samples": len(items),
         "gold_not_1": failed,

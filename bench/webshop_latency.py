@@ -38,30 +38,13 @@ import httpx
 from agentrl_ext.envs.webshop.catalogue import load_catalogue
 from agentrl_ext.envs.webshop.env import Episode, Shop
 from agentrl_ext.envs.webshop.goals import split_goals
+from latency_stats import percentiles, rss_mb
 
 from agentrl_ext.data.store import DataError, data_dir, install_from, require
 from agentrl_ext.testing.env_servers import REPO, EnvServers
 from agentrl_ext.testing.vendored_data import vendored_data_dir
 
 TASK = "agentrl_ext.envs.webshop.task:WebShopTask"
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` in MB (VmRSS)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "mean_ms": round(statistics.fmean(ordered), 3),
-        "p50_ms": round(ordered[len(ordered) // 2], 3),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 3),
-    }
 
 
 def step(name: str, **arguments: str) -> dict[str, Any]:
@@ -108,10 +91,10 @@ def in_process(data: Path) -> dict[str, Any]:
         episode.step("click[Buy Now]")
         buys.append((time.perf_counter() - start) * 1000)
     return {
-        "search": percentiles(searches),
-        "click": percentiles(clicks),
-        "render_item_page": percentiles(pages),
-        "buy": percentiles(buys),
+        "search": percentiles(searches, 3),
+        "click": percentiles(clicks, 3),
+        "render_item_page": percentiles(pages, 3),
+        "buy": percentiles(buys, 3),
     }
 
 
@@ -164,10 +147,10 @@ def through_controller(root: Path, data: Path, open_sessions: int) -> dict[str, 
             http.post(f"{api}/cancel", headers=session)
         return {
             "worker_start_s": round(worker_start_s, 2),
-            "start_sample": percentiles(starts),
-            "search_action": percentiles(searches),
-            "click_action": percentiles(clicks),
-            "buy_now": percentiles(buys),
+            "start_sample": percentiles(starts, 3),
+            "search_action": percentiles(searches, 3),
+            "click_action": percentiles(clicks, 3),
+            "buy_now": percentiles(buys, 3),
             "goals": len(goals),
             "gold_reward_1": sum(r == 1.0 for r in rewards),
             "gold_mean_reward": round(statistics.fmean(rewards), 4),
