@@ -367,9 +367,7 @@ def help_text() -> str:
         out.append(f"  {path.stem:<16} {first}")
     out += ["", "agentrl.* keys (agentrl_ext/config.py; with verl's main_ppo add them with '+'):"]
     for key, default, meaning in describe_keys():
-        out.append(f"  {key} = {default}")
-        if meaning:
-            out.append(f"      {meaning}")
+        out.append(f"  {key} = {default}" + (f"  # {meaning}" if meaning else ""))
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         verl_defaults = compose(config_name="ppo_trainer", overrides=["actor_rollout_ref.rollout.name=hf"])
     out += ["", "On the CPU platform, verl's GPU defaults that cannot work there are changed (each logged):"]
