@@ -144,6 +144,7 @@ def sft_command(
         "trainer.project_name=agentrl_ext",
         "trainer.experiment_name=sft",
         "checkpoint.save_contents=[model,hf_model]",
+        f"hydra.run.dir={Path(out_dir).resolve() / 'hydra'}",
     ]
     if cpu:
         argv += list(CPU_SFT_OVERRIDES)

@@ -33,6 +33,10 @@ def _command(tmp_path: Path, *extra: str) -> list[str]:
         "trainer.total_training_steps=1", "trainer.save_freq=1",
         "data.train_batch_size=3", "actor_rollout_ref.actor.ppo_mini_batch_size=3",
         "actor_rollout_ref.rollout.n=2",
+        # 3 prompts x 2 episodes: micro-batches that divide the 6 samples
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
         f"trainer.default_local_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'hydra'}",
         *extra,
     ]  # fmt: skip
@@ -55,20 +59,18 @@ def _assert_all_gone(processes: list[psutil.Process], timeout_s: float = 30.0) -
 
 
 def test_main_job_shortened_on_cpu(tmp_path):
-    proc = subprocess.Popen(
-        _command(tmp_path),
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    children: dict[int, psutil.Process] = {}
-    deadline = time.monotonic() + 1500
-    while proc.poll() is None and time.monotonic() < deadline:
-        children.update({p.pid: p for p in _descendants(proc.pid)})
-        time.sleep(1.0)
-    out, _ = proc.communicate(timeout=60)
+    log = tmp_path / "job.log"  # a file, not a pipe: nothing reads a pipe while the job runs
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            _command(tmp_path), cwd=tmp_path, env=_env(tmp_path), stdout=sink, stderr=subprocess.STDOUT
+        )
+        children: dict[int, psutil.Process] = {}
+        deadline = time.monotonic() + 1500
+        while proc.poll() is None and time.monotonic() < deadline:
+            children.update({p.pid: p for p in _descendants(proc.pid)})
+            time.sleep(1.0)
+        proc.wait(timeout=60)
+    out = log.read_text(errors="replace")
     assert proc.returncode == 0, out[-8000:]
     _assert_all_gone(list(children.values()))
 
@@ -99,31 +101,32 @@ def test_main_job_shortened_on_cpu(tmp_path):
 
 def test_main_job_ctrl_c_stops_everything_on_cpu(tmp_path):
     """SIGINT during the warm start: the SFT trainer, both controllers and every worker stop."""
-    proc = subprocess.Popen(
-        _command(tmp_path, "agentrl.sft.steps=500"),
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    children: dict[int, psutil.Process] = {}
-    deadline = time.monotonic() + 600
-    sft_running = False
-    while proc.poll() is None and time.monotonic() < deadline and not sft_running:
-        for child in _descendants(proc.pid):
-            children[child.pid] = child
-            try:
-                sft_running |= "verl.trainer.sft_trainer" in " ".join(child.cmdline())
-            except psutil.NoSuchProcess:
-                pass
-        time.sleep(0.5)
-    assert sft_running, (proc.communicate(timeout=60)[0] or "")[-4000:]
-    time.sleep(3)  # inside the SFT trainer's start-up
-    children.update({p.pid: p for p in _descendants(proc.pid)})
-    assert len(children) >= 8  # 2 controllers, 6 workers, torchrun and its trainer
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
+    log = tmp_path / "job.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            _command(tmp_path, "agentrl.sft.steps=500"),
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        children: dict[int, psutil.Process] = {}
+        deadline = time.monotonic() + 600
+        sft_running = False
+        while proc.poll() is None and time.monotonic() < deadline and not sft_running:
+            for child in _descendants(proc.pid):
+                children[child.pid] = child
+                try:
+                    sft_running |= "verl.trainer.sft_trainer" in " ".join(child.cmdline())
+                except psutil.NoSuchProcess:
+                    pass
+            time.sleep(0.5)
+        assert sft_running, log.read_text(errors="replace")[-4000:]
+        time.sleep(3)  # inside the SFT trainer's start-up
+        children.update({p.pid: p for p in _descendants(proc.pid)})
+        assert len(children) >= 8  # 2 controllers, 6 workers, torchrun and its trainer
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
     assert proc.returncode != 0
     _assert_all_gone(list(children.values()))
