@@ -2,15 +2,13 @@
 
 Controllers and task workers run as subprocesses on free loopback ports, started by the one
 launcher, :mod:`agentrl_ext.testing.env_servers`; the test tasks of this folder are importable there.
-Docker tests use the engine at ``$DOCKER_HOST``, else the project's private engine
-(``scripts/dockerd.sh``), which is started here when it is not running; they are skipped, with
-the reason, only when no engine can start.
+Docker tests use the engine of :func:`agentrl_ext.testing.docker_engine.docker_engine`:
+``$DOCKER_HOST``, else the project's private engine (``scripts/dockerd.sh``), which is started
+here when it is not running; they are skipped, with the reason, only when no engine can start.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from env_helpers import TESTS_ENV  # noqa: E402
 
-from agentrl_ext.testing.env_servers import REPO, EnvServers  # noqa: E402
+from agentrl_ext.testing.docker_engine import NoDockerEngine, docker_engine  # noqa: E402
+from agentrl_ext.testing.env_servers import EnvServers  # noqa: E402
 
 
 @pytest.fixture
@@ -42,56 +41,15 @@ def module_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvServ
 
 # ---------------------------------------------------------------------------------------- docker
 
-DOCKERD_SCRIPT = REPO / "scripts" / "dockerd.sh"
-
-
-def _ping(base_url: str) -> str | None:
-    """None when the engine at ``base_url`` answers, else the reason it does not."""
-    import docker
-
-    try:
-        client = docker.DockerClient(base_url=base_url, timeout=5)
-        client.ping()
-        client.close()
-        return None
-    except Exception as exc:  # whatever the failure, this engine is not usable
-        return f"{type(exc).__name__}: {exc}"
-
 
 @pytest.fixture(scope="session")
 def docker_host() -> Iterator[str]:
     """A reachable engine: $DOCKER_HOST, else the project's dockerd (started if needed)."""
-    reasons = []
-    if os.environ.get("DOCKER_HOST"):
-        reason = _ping(os.environ["DOCKER_HOST"])
-        if reason is None:
-            yield os.environ["DOCKER_HOST"]
-            return
-        reasons.append(f"DOCKER_HOST={os.environ['DOCKER_HOST']}: {reason}")
-    private = subprocess.run([str(DOCKERD_SCRIPT), "host"], capture_output=True, text=True).stdout.strip()
-    started_here = False
-    if _ping(private) is not None:
-        result = subprocess.run([str(DOCKERD_SCRIPT), "start"], capture_output=True, text=True, timeout=120)
-        if result.returncode != 0:
-            reasons.append(
-                f"scripts/dockerd.sh start failed: {(result.stdout + result.stderr).strip()[-500:]}"
-            )
-            pytest.skip("no Docker engine can start here: " + "; ".join(reasons))
-        started_here = True
-    reason = _ping(private)
-    if reason is not None:
-        pytest.skip(f"no Docker engine reachable at {private}: {reason}")
-    previous = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = private
     try:
-        yield private
-    finally:
-        if previous is None:
-            os.environ.pop("DOCKER_HOST", None)
-        else:
-            os.environ["DOCKER_HOST"] = previous
-        if started_here:
-            subprocess.run([str(DOCKERD_SCRIPT), "stop"], capture_output=True, timeout=60)
+        with docker_engine() as host:
+            yield host
+    except NoDockerEngine as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,15 @@
 """Fixtures for the os task: the data directory, a Docker engine and the session image.
 
 The data comes from the vendored copy (``../shared/data``), installed into a temporary data
-directory with ``agentrl-data``'s own code. Docker tests use the engine at ``$DOCKER_HOST``, else
-the project's private engine (``scripts/dockerd.sh``, started here when needed and stopped
-afterwards), and build ``agentrl-os:default`` with ``scripts/build_os_image.sh`` when it is
-missing (about 75 s the first time); they are skipped, with the reason, when no engine can start.
+directory with ``agentrl-data``'s own code. Docker tests use the engine of
+:func:`agentrl_ext.testing.docker_engine.docker_engine` (``$DOCKER_HOST``, else the project's
+private engine, started here when needed and stopped afterwards), and build
+``agentrl-os:default`` with ``scripts/build_os_image.sh`` when it is missing (about 75 s the
+first time); they are skipped, with the reason, when no engine can start.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,10 +21,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agentrl_ext.data.store import install_from  # noqa: E402
+from agentrl_ext.testing.docker_engine import NoDockerEngine, docker_engine  # noqa: E402
 from agentrl_ext.testing.env_servers import REPO  # noqa: E402
 from agentrl_ext.testing.vendored_data import vendored_data_dir  # noqa: E402
 
-DOCKERD = REPO / "scripts" / "dockerd.sh"
 OS_IMAGE = "agentrl-os:default"
 
 
@@ -39,57 +39,29 @@ def os_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _engine_problem(host: str) -> str | None:
-    import docker
-
-    try:
-        client = docker.DockerClient(base_url=host, timeout=5)
-        client.ping()
-        client.close()
-        return None
-    except Exception as exc:  # whatever the failure, this engine is not usable
-        return f"{type(exc).__name__}: {exc}"
-
-
 @pytest.fixture(scope="session")
 def os_docker_host() -> Iterator[str]:
     """A reachable engine holding ``agentrl-os:default``; ``DOCKER_HOST`` is set to it meanwhile."""
-    host = (
-        os.environ.get("DOCKER_HOST")
-        or subprocess.run(["bash", str(DOCKERD), "host"], capture_output=True, text=True).stdout.strip()
-    )
-    started = False
-    if _engine_problem(host) is not None and not os.environ.get("DOCKER_HOST"):
-        result = subprocess.run(["bash", str(DOCKERD), "start"], capture_output=True, text=True, timeout=120)
-        if result.returncode != 0:
-            pytest.skip(f"no Docker engine can start here: {(result.stdout + result.stderr).strip()[-400:]}")
-        started = True
-    problem = _engine_problem(host)
-    if problem is not None:
-        pytest.skip(f"no Docker engine reachable at {host}: {problem}")
-    previous = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = host
     try:
-        import docker
+        with docker_engine() as host:
+            import docker
 
-        client = docker.DockerClient(base_url=host, timeout=60)
-        try:
-            client.images.get(OS_IMAGE)
-        except docker.errors.ImageNotFound:
-            build = subprocess.run(
-                ["bash", str(REPO / "scripts" / "build_os_image.sh")],
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            if build.returncode != 0:
-                pytest.skip(f"cannot build {OS_IMAGE} here: {(build.stdout + build.stderr).strip()[-400:]}")
-        client.close()
-        yield host
-    finally:
-        if previous is None:
-            os.environ.pop("DOCKER_HOST", None)
-        else:
-            os.environ["DOCKER_HOST"] = previous
-        if started:
-            subprocess.run(["bash", str(DOCKERD), "stop"], capture_output=True, timeout=60)
+            client = docker.DockerClient(base_url=host, timeout=60)
+            try:
+                client.images.get(OS_IMAGE)
+            except docker.errors.ImageNotFound:
+                build = subprocess.run(
+                    ["bash", str(REPO / "scripts" / "build_os_image.sh")],
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
+                if build.returncode != 0:
+                    pytest.skip(
+                        f"cannot build {OS_IMAGE} here: {(build.stdout + build.stderr).strip()[-400:]}"
+                    )
+            finally:
+                client.close()
+            yield host
+    except NoDockerEngine as exc:
+        pytest.skip(str(exc))
