@@ -387,6 +387,7 @@ class EnvStack:
     services: dict[str, str] = field(default_factory=dict, init=False)
     """Servers in use: ``mariadb`` -> its URL, ``dockerd`` -> DOCKER_HOST."""
     started_services: list[str] = field(default_factory=list, init=False)
+    _client: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.tasks = list(self.tasks)
@@ -498,9 +499,12 @@ class EnvStack:
         self.workers[name] = worker.start()
 
     def _docker(self) -> Any:
+        """The engine's client (one per stack, closed by :meth:`stop`)."""
         import docker
 
-        return docker.DockerClient(base_url=self.services["dockerd"])
+        if self._client is None:
+            self._client = docker.DockerClient(base_url=self.services["dockerd"])
+        return self._client
 
     def _start_container(self, name: str) -> None:
         import docker
@@ -510,7 +514,7 @@ class EnvStack:
         client = self._docker()
         for leftover in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
             if not owner_is_alive(leftover.labels.get(CONTAINER_LABEL, "")):
-                leftover.remove(force=True)  # of a launcher that died: sweep on restart
+                _remove_worker_container(client, leftover)  # of a launcher that died: sweep on restart
         image = f"agentrl-{name}:latest"
         try:
             client.images.get(image)
@@ -535,15 +539,42 @@ class EnvStack:
         if socket_url.startswith("unix://"):
             folder = str(Path(socket_url.removeprefix("unix://").split("?")[0]).parent)
             volumes[folder] = {"bind": folder, "mode": "rw"}
+        environment = {}
+        if "docker" in known_task(name).needs:  # its per-session containers: the engine's socket, same path
+            engine = self.services["dockerd"]
+            if engine.startswith("unix://"):
+                path = engine.removeprefix("unix://")
+                volumes[path] = {"bind": path, "mode": "rw"}
+            environment["DOCKER_HOST"] = engine
+        container_name = f"agentrl-envs-{name}-{os.getpid()}"
         self.containers[name] = client.containers.run(
             image,
             command=command,
-            name=f"agentrl-envs-{name}-{os.getpid()}",
+            name=container_name,
+            # its own host name: the owner labels of the session containers it starts (host:pid:ticks,
+            # pids of its own namespace) must not pass for this host's processes, or a sweep here (or
+            # its own sweep there) would take live sessions for orphans and remove them
+            hostname=container_name,
             network_mode="host",
             labels={CONTAINER_LABEL: owner_label()},
             volumes=volumes,
+            environment=environment,
             detach=True,
         )
+
+    def _remove_own_containers(self) -> None:
+        """Remove every container labelled as this process's, also one never recorded (a Ctrl-C
+        between the engine creating it and ``containers.run`` returning it)."""
+        from agentrl_ext.env.providers.docker import owner_label
+
+        try:
+            client = self._docker()
+            for container in client.containers.list(
+                all=True, filters={"label": f"{CONTAINER_LABEL}={owner_label()}"}
+            ):
+                _remove_worker_container(client, container)
+        except Exception as exc:  # noqa: BLE001 - the engine is gone: nothing left to remove there
+            logger.warning("could not sweep this launcher's containers: %s", exc)
 
     def _wait_healthy(self, name: str) -> None:
         def ready() -> bool:
@@ -587,10 +618,15 @@ class EnvStack:
         for name, container in reversed(list(self.containers.items())):
             try:
                 container.stop(timeout=10)
-                container.remove(force=True)
+                _remove_worker_container(self._docker(), container)
             except Exception as exc:  # noqa: BLE001 - keep stopping the rest
                 logger.warning("could not remove the %s container: %s", name, exc)
         self.containers.clear()
+        if self.docker and "dockerd" in self.services:
+            self._remove_own_containers()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if self.controller is not None:
             self.controller.stop()
         for service in reversed(self.started_services):
@@ -611,6 +647,26 @@ class EnvStack:
             started = "started here" if service in self.started_services else "already running"
             lines.append(f"{service:<11} {address}  ({started})")
         return "\n".join(lines)
+
+
+def _remove_worker_container(client: Any, container: Any) -> None:
+    """Remove a worker container and the session containers its worker started (their owner label
+    names the worker container's host name), which a killed worker leaves behind."""
+    import docker.errors
+
+    from agentrl_ext.env.providers.docker import LABEL_OWNER
+
+    hostname = str(container.attrs.get("Config", {}).get("Hostname") or container.name)
+    sessions = [
+        c
+        for c in client.containers.list(all=True, filters={"label": LABEL_OWNER})
+        if c.labels.get(LABEL_OWNER, "").startswith(f"{hostname}:")
+    ]
+    for each in [container, *sessions]:
+        try:
+            each.remove(force=True)
+        except docker.errors.NotFound:
+            pass  # gone meanwhile (a worker closing its own session)
 
 
 @contextmanager
