@@ -3,7 +3,8 @@
 ``activate()`` runs in every process that imports verl (through the ``verl.plugins``
 entry point, see :mod:`agentrl_ext.plugin`):
 
-- registers the ``cpu`` platform, the ``hf`` rollout and the FSDP2 engine for ``cpu``;
+- registers the ``cpu`` platform, the ``hf`` rollout, the ``gloo`` checkpoint engine (weights to
+  standalone rollout replicas without accelerators) and the FSDP2 engine for ``cpu``;
 - makes verl's process group use gloo and its resource check count CPU slots.
 
 The CPU platform is chosen only on hosts without CUDA, or when ``VERL_PLATFORM=cpu``.
@@ -38,6 +39,7 @@ def activate() -> None:
 
     verl_compat.check_verl_version()
     import agentrl_ext.platform.cpu_platform  # noqa: F401  (registers the "cpu" platform)
+    import agentrl_ext.platform.gloo_checkpoint_engine  # noqa: F401  (registers the "gloo" checkpoint engine)
 
     verl_compat.register_hf_rollout()
     if cpu_platform_active():

@@ -16,6 +16,9 @@ logger = logging.getLogger(__name__)
 
 #: the fewest logical CPU slots Ray needs for verl's actors (with fewer, placement waits forever)
 MIN_RAY_CPUS = 8
+#: the checkpoint engine that sends weights to standalone rollout replicas on CPU
+#: (:mod:`agentrl_ext.platform.gloo_checkpoint_engine`)
+GLOO_CHECKPOINT_ENGINE = "gloo"
 
 
 def apply_cpu_defaults(config: DictConfig, explicit: set[str] | frozenset[str] = frozenset()) -> list[str]:
@@ -82,6 +85,17 @@ def apply_cpu_defaults(config: DictConfig, explicit: set[str] | frozenset[str] =
                 "FSDP1 needs a GPU; FSDP2 runs on CPU with gloo",
                 False,
             )
+    backend = config.actor_rollout_ref.rollout.checkpoint_engine.backend
+    if config.trainer.get("use_v1", True) and backend != GLOO_CHECKPOINT_ENGINE:
+        # verl's transports (nccl, nixl, hccl, mooncake, kimi) need accelerators. The v1 trainers sync
+        # replicas colocated with the actor in-process (naive) whatever this says; the backend is
+        # what reaches standalone replicas (a cross-policy stale pool, separate_async's pool).
+        change(
+            "actor_rollout_ref.rollout.checkpoint_engine.backend",
+            GLOO_CHECKPOINT_ENGINE,
+            "standalone rollout replicas take weights over gloo on CPU; colocated ones stay in-process",
+            works=backend == "naive",
+        )
     if config.data.get("dataloader_num_workers", 0):
         change(
             "data.dataloader_num_workers",

@@ -4,21 +4,25 @@ Registered under the rollout name ``hf``: ``actor_rollout_ref.rollout.name=hf``.
 
 - :class:`HFReplica` is verl's ``RolloutReplica`` for ``hf``: it starts one
   :class:`~agentrl_ext.platform.hf_server.HFRolloutServer` actor per replica.
-- :class:`HFServerAdapter` is verl's ``BaseRollout`` living inside each trainer
-  worker: after every optimizer step verl hands it the actor's full weights, and the
-  replica leader pushes them to its server through Ray's object store.
+- :class:`HFServerAdapter` is verl's ``BaseRollout`` (the server adapter) of the ``hf`` rollout,
+  the receiving end of verl's weight sync, wherever verl puts it: inside each trainer worker for
+  replicas colocated with the actor (``naive`` checkpoint engine, after every optimizer step), or
+  inside the ``CheckpointEngineWorker`` of a standalone replica, fed by a transport checkpoint
+  engine (``gloo`` on CPU, :mod:`agentrl_ext.platform.gloo_checkpoint_engine`). Either way the
+  replica leader pushes the full weights to its server through Ray's object store.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import AsyncIterable, Iterable
 from typing import Any
 
 import ray
 import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
+from verl.workers.rollout.utils import ensure_async_iterator
 
 from agentrl_ext.platform.hf_server import HFRolloutServer
 from agentrl_ext.platform.verl_compat import set_replica_server
@@ -96,7 +100,7 @@ class HFServerAdapter(BaseRollout):
 
     async def update_weights(
         self,
-        weights: Generator[tuple[str, torch.Tensor], None, None],
+        weights: Iterable[tuple[str, torch.Tensor]] | AsyncIterable[tuple[str, torch.Tensor]],
         wire_format: str = "named_tensors",
         **kwargs: Any,
     ) -> None:
@@ -108,7 +112,10 @@ class HFServerAdapter(BaseRollout):
             raise ValueError(
                 "the HF rollout does not load LoRA adapters; set actor_rollout_ref.model.lora.merge=True"
             )
-        # Every rank must drain the generator: FSDP gathers full tensors collectively.
-        state = {name: tensor.detach().to("cpu").clone() for name, tensor in weights}
+        # Every rank must drain the weights: FSDP gathers full tensors collectively. A checkpoint
+        # engine's receive_weights is an async generator whose tensors may view its buffers: copy.
+        state = {
+            name: tensor.detach().to("cpu").clone() async for name, tensor in ensure_async_iterator(weights)
+        }
         if self.is_leader:
             await self._server_handle().update_weights.remote(state, kwargs.get("global_steps"))

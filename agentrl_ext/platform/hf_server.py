@@ -258,7 +258,7 @@ class HFRolloutServer:
                 own[name].copy_(tensor.to(own[name].dtype))
 
     def export_state(self) -> dict[str, torch.Tensor]:
-        """The served weights (CPU tensors), e.g. to snapshot them into another server."""
+        """The served weights (CPU copies): lets tests compare them with the trainer's."""
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     def get_global_steps(self) -> int | None:

@@ -1,15 +1,55 @@
-"""The stale policy pool of cross-policy sampling: its own rollout replicas, refreshed every K steps."""
+"""The stale policy pool of cross-policy sampling: its own rollout replicas, refreshed every K steps
+through verl's weight sync.
+
+AgentRL samples each turn from a pool of policies; in training the pool is {the current policy, a
+*stale* copy whose weights are refreshed only every ``stale_step`` steps} (DESIGN §2,
+:mod:`agentrl_ext.rollout.cross_policy`). The stale copy is a set of standalone rollout replicas of
+the configured backend (``hf`` on CPU, vLLM / SGLang / TensorRT-LLM on GPUs), launched by verl's
+``LLMServerManager`` after the current pool's replicas (replica ranks continue theirs).
+
+How the stale replicas get their weights
+----------------------------------------
+Exactly as verl's own standalone replicas do (the standalone pool of its ``separate_async``
+trainer, the rollouter of its fully-async policy): a ``CheckpointEngineManager``
+(``verl/checkpoint_engine/``) over the stale replicas and the actor worker group, with the
+transport configured in ``actor_rollout_ref.rollout.checkpoint_engine.backend``. A refresh is one
+``CheckpointEngineManager.update_weights(global_steps)``: the replicas pause their requests, the
+actor's rank 0 sends ``get_per_tensor_param()`` (the weights the current pool receives after the
+same step) through the checkpoint engine, each replica's ``CheckpointEngineWorker`` hands them to
+its backend's server adapter (vLLM / SGLang / HF ``update_weights``), and the requests resume. No
+backend has a path of its own:
+
+- GPU: ``nccl`` (or ``nixl``, ``mooncake``, ...): the engines verl ships.
+- CPU: ``gloo`` (:mod:`agentrl_ext.platform.gloo_checkpoint_engine`), which the CPU platform's
+  defaults set; the ``hf`` server adapter receives as vLLM's does.
+
+Why a manager of its own rather than adding the stale replicas to the trainer's: verl's trainer
+builds its manager with the ``naive`` backend (the current pool is colocated with the actor and
+takes the weights in-process, between sleep and wake-up), which reaches colocated replicas only,
+and it updates that pool after every step; the stale pool must sit out K-1 steps of K. verl's
+actor worker keeps one checkpoint engine of the configured backend next to the in-process path, so
+both managers share the actor group: ``naive`` for the current pool every step, the transport for
+the stale pool at steps 0, K, 2K, ... (``backend=naive`` cannot reach standalone replicas:
+:meth:`StalePool.create` refuses it, naming the fix).
+
+Between refreshes nothing writes to the stale replicas: they are in no other manager, so verl's
+per-step ``update_weights`` / ``sleep_replicas`` never reach them.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-import ray
 from omegaconf import DictConfig, open_dict
+from verl.checkpoint_engine import CheckpointEngineManager
+from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.rollout.llm_server import LLMServerManager
 
 logger = logging.getLogger(__name__)
+
+#: checkpoint-engine backend for standalone replicas on each platform (the fix named on ``naive``)
+TRANSPORT_BY_PLATFORM = {"cpu": "gloo", "gpu": "nccl"}
 
 
 def refresh_due(global_step: int, stale_step: int) -> bool:
@@ -17,50 +57,67 @@ def refresh_due(global_step: int, stale_step: int) -> bool:
     return global_step > 0 and global_step % stale_step == 0
 
 
+def check_transport(backend: str) -> None:
+    """Raise, naming the fix, when ``backend`` cannot send weights to standalone replicas."""
+    if backend == "naive":
+        raise ValueError(
+            "agentrl.cross_policy.enable=true refreshes the stale pool's standalone replicas through verl's "
+            "checkpoint engine, but actor_rollout_ref.rollout.checkpoint_engine.backend=naive reaches only "
+            "replicas colocated with the actor. Set actor_rollout_ref.rollout.checkpoint_engine.backend="
+            f"{TRANSPORT_BY_PLATFORM['gpu']} on GPUs (or nixl, mooncake, ...), "
+            f"{TRANSPORT_BY_PLATFORM['cpu']} on CPU (agentrl-train sets it there unless naive is given explicitly)"
+        )
+
+
 class StalePool:
-    """Standalone rollout replicas serving a snapshot of the policy.
+    """Standalone rollout replicas serving a snapshot of the policy, refreshed through a
+    ``CheckpointEngineManager`` of their own (see the module docstring)."""
 
-    On CPU (rollout ``hf``) a refresh copies the weights of a current-pool server into
-    each stale server through Ray's object store.
-    """
-
-    def __init__(self, manager: LLMServerManager, rollout_name: str) -> None:
+    def __init__(self, manager: LLMServerManager, sync: CheckpointEngineManager) -> None:
         self.manager = manager
-        self.rollout_name = rollout_name
+        self.sync = sync
+        #: the training step whose weights the stale replicas serve (None before the first refresh)
         self.version: int | None = None
 
     @classmethod
-    def create(cls, config: DictConfig, num_replicas: int, start_rank: int) -> StalePool:
-        """Launch ``num_replicas`` standalone replicas of the configured rollout."""
-        name = str(config.actor_rollout_ref.rollout.name)
-        if name != "hf":
-            raise NotImplementedError(
-                f"cross-policy sampling's stale pool is implemented for actor_rollout_ref.rollout.name=hf; "
-                f"{name} needs a checkpoint-engine refresh of standalone replicas (not built yet). "
-                f"Set agentrl.cross_policy.enable=false to train without it."
-            )
+    def create(cls, config: DictConfig, num_replicas: int, start_rank: int, actor_wg: Any) -> StalePool:
+        """Launch ``num_replicas`` standalone replicas of the configured rollout, with replica ranks
+        from ``start_rank``, and a weight sync from ``actor_wg`` (verl's actor worker group) to them."""
+        rollout = config.actor_rollout_ref.rollout
+        sync_config = omega_conf_to_dataclass(rollout.checkpoint_engine)
+        check_transport(str(sync_config.backend))
         stale_config = config.copy()
         with open_dict(stale_config):
-            rollout = stale_config.actor_rollout_ref.rollout
-            rollout.nnodes = 1
-            rollout.n_gpus_per_node = num_replicas * int(
-                rollout.tensor_model_parallel_size
-                * rollout.data_parallel_size
-                * rollout.pipeline_model_parallel_size
+            stale_rollout = stale_config.actor_rollout_ref.rollout
+            stale_rollout.nnodes = 1
+            stale_rollout.n_gpus_per_node = num_replicas * int(
+                stale_rollout.tensor_model_parallel_size
+                * stale_rollout.data_parallel_size
+                * stale_rollout.pipeline_model_parallel_size
             )
         manager = LLMServerManager.create(config=stale_config, worker_group=None, start_rank=start_rank)
-        logger.info("stale pool: %d %s replica(s) from rank %d", num_replicas, name, start_rank)
-        return cls(manager, name)
+        sync = CheckpointEngineManager(config=sync_config, actor_wg=actor_wg, replicas=manager.get_replicas())
+        logger.info(
+            "stale pool: %d %s replica(s) from rank %d, refreshed through checkpoint engine %s",
+            num_replicas,
+            rollout.name,
+            start_rank,
+            sync_config.backend,
+        )
+        return cls(manager, sync)
 
     @property
     def load_balancer(self) -> Any:
         return self.manager.global_load_balancer
 
-    def refresh(self, current_servers: list[Any], global_step: int) -> None:
-        """Give every stale server the weights of the current pool (blocking)."""
-        source = current_servers[0]
-        state_ref = source.export_state.remote()
-        targets = [s for replica in self.manager.get_replicas() for s in replica.servers]
-        ray.get([t.update_weights.remote(state_ref, global_step) for t in targets])
-        self.version = global_step
-        logger.info("stale pool refreshed to the weights of step %d", global_step)
+    @property
+    def replicas(self) -> list[Any]:
+        return self.manager.get_replicas()
+
+    def refresh(self, global_steps: int) -> dict[str, Any]:
+        """Send the actor's current weights to every stale replica (blocking); returns the
+        checkpoint engine's sync metrics."""
+        metrics = self.sync.update_weights(global_steps) or {}
+        self.version = global_steps
+        logger.info("stale pool refreshed to the weights of step %d", global_steps)
+        return dict(metrics)

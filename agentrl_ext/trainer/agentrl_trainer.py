@@ -11,8 +11,10 @@ verl's private per-step methods) and adds:
   π_θ / π_behaviour at the start of the update (``agentrl/cross_policy/ratio_*``);
 - ``get_llm_client``: with cross-policy sampling on, the agent loops get a client that routes
   every generation call to the current or the stale pool;
-- ``on_init_end`` / ``on_step_end``: the stale pool is launched and takes the current weights
-  at start, then again every ``stale_step`` steps.
+- ``on_init_end`` / ``on_step_end``: the stale pool is launched and takes the actor's weights at
+  start, then again every ``stale_step`` steps, through verl's checkpoint engine
+  (:mod:`agentrl_ext.rollout.stale_pool`). It is refreshed before verl's own hook wakes the current
+  pool, so on GPUs the transfer runs while the colocated replicas still sleep.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.debug import marked_timer
 
 from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
@@ -128,6 +131,7 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     global_steps: int
     llm_server_manager: Any
     actor_rollout_wg: Any
+    timing_raw: dict
 
     stale_pool: StalePool | None = None
 
@@ -147,23 +151,23 @@ class AgentRLTrainerHooks(TrainerStepHooks):
             seed=cross.seed,
         )
 
-    def _current_servers(self) -> list[Any]:
-        return [s for replica in self.llm_server_manager.get_replicas() for s in replica.servers]
-
     def on_init_end(self) -> None:
-        # verl calls this at the end of init(), after the current pool got its first weights.
-        super().on_init_end()  # type: ignore[misc]  # verl's trainer, after this mixin
+        # verl calls this at the end of init(), with the actor's weights loaded (or resumed).
         cross = self._cross_policy
         if cross.enable and self.stale_pool is None:
             start_rank = len(self.llm_server_manager.get_replicas())
-            self.stale_pool = StalePool.create(self.config, cross.stale_replicas, start_rank)
-            self.stale_pool.refresh(self._current_servers(), self.global_steps)
+            self.stale_pool = StalePool.create(
+                self.config, cross.stale_replicas, start_rank, self.actor_rollout_wg
+            )
+            self.stale_pool.refresh(self.global_steps)
+        super().on_init_end()  # type: ignore[misc]  # verl's trainer, after this mixin
 
     def on_step_end(self) -> None:
-        super().on_step_end()  # type: ignore[misc]  # verl's trainer, after this mixin
         cross = self._cross_policy
         if self.stale_pool is not None and refresh_due(self.global_steps, cross.stale_step):
-            self.stale_pool.refresh(self._current_servers(), self.global_steps)
+            with marked_timer("update_weights_stale_pool", self.timing_raw, color="red"):
+                self.stale_pool.refresh(self.global_steps)
+        super().on_step_end()  # type: ignore[misc]  # verl's trainer, after this mixin
         if self.stale_pool is not None and self.stale_pool.version is not None:
             task_context.record_metrics(
                 {"agentrl/cross_policy/stale_version": float(self.stale_pool.version)}

@@ -94,7 +94,12 @@ Scope today: the ``hf`` rollout (CPU), where the servers are their own Ray actor
 weights between two forwards while they generate. vLLM/SGLang need their replicas standalone
 (not sleeping for the update) and refreshed through a non-``naive`` checkpoint engine; the
 config check refuses ``agentrl_async`` on them with the fix. The cross-policy stale pool is the
-one of ``agentrl_sync`` (:class:`~agentrl_ext.rollout.stale_pool.StalePool`).
+one of ``agentrl_sync`` (:class:`~agentrl_ext.rollout.stale_pool.StalePool`), refreshed every
+``stale_step`` steps through verl's ``CheckpointEngineManager`` (``gloo`` on CPU). Unlike the
+current pool's update, that sync pauses the stale replicas (verl's manager aborts their requests
+and resumes them after the transfer): a stale-pool turn caught by it comes back aborted and the
+agent loop retries it (``agentrl.agent_loop.abort_retries``), so keep the retries' span
+(``abort_retries`` x ``abort_retry_delay_s``) longer than a refresh.
 """
 
 from __future__ import annotations

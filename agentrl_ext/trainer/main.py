@@ -21,8 +21,6 @@ from agentrl_ext.config import AgentRLConfig
 logger = logging.getLogger(__name__)
 
 GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
-#: rollouts for which the cross-policy stale pool is built
-STALE_POOL_ROLLOUTS = ("hf",)
 #: rollouts the agentrl_async trainer mode runs on (weights land between two forwards, mid-generation)
 ASYNC_ROLLOUTS = ("hf",)
 AGENT_LOOP_NAME = "agentrl"
@@ -105,7 +103,7 @@ def check_config(config: DictConfig, cuda: bool) -> None:
             f"(the cpu_smoke recipe does)."
         )
     # consistency of the pieces first, files on disk after
-    check_cross_policy(config)
+    check_cross_policy(config, cuda)
     check_algorithm(config)
     check_async_pipeline(config)
     check_agent_loop(config)
@@ -191,20 +189,18 @@ def check_agent_loop(config: DictConfig) -> None:
         )
 
 
-def check_cross_policy(config: DictConfig) -> None:
-    """Cross-policy sampling needs a stale pool for the rollout, and the behaviour log-probs of
-    every turn must drive the PPO ratio (else stale turns would be trained as on-policy)."""
+def check_cross_policy(config: DictConfig, cuda: bool) -> None:
+    """Cross-policy sampling needs a checkpoint engine that reaches the stale pool's standalone
+    replicas, and the behaviour log-probs of every turn must drive the PPO ratio (else stale turns
+    would be trained as on-policy)."""
     from agentrl_ext.config import agentrl_config
+    from agentrl_ext.rollout.stale_pool import check_transport
 
     if not agentrl_config(config).cross_policy.enable:
         return
     rollout = config.actor_rollout_ref.rollout
-    if str(rollout.name) not in STALE_POOL_ROLLOUTS:
-        raise ValueError(
-            f"agentrl.cross_policy.enable=true needs a stale pool for actor_rollout_ref.rollout.name={rollout.name}, "
-            f"which is built only for {list(STALE_POOL_ROLLOUTS)} so far; set agentrl.cross_policy.enable=false "
-            f"to train on {rollout.name} without cross-policy sampling"
-        )
+    if cuda:  # on CPU the platform's defaults set the gloo engine (StalePool.create checks it again)
+        check_transport(str(rollout.checkpoint_engine.backend))
     if not rollout.get("calculate_log_probs", False):
         raise ValueError(
             "agentrl.cross_policy.enable=true needs the behaviour log-probs of every turn: set "

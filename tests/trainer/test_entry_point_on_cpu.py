@@ -140,6 +140,7 @@ def test_cpu_defaults_are_logged_old_to_new_on_cpu(caplog):
         ("ray_kwargs.ray_init.num_cpus=2", "ray_kwargs.ray_init.num_cpus="),
         ("transfer_queue.backend.SimpleStorage.num_data_storage_units=8", "num_data_storage_units=1"),
         ("trainer.device=cuda", "trainer.device=cpu"),
+        ("actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", "checkpoint_engine.backend=gloo"),
     ],
 )
 def test_explicit_value_that_cannot_work_on_cpu_is_an_error_on_cpu(override, fix):
@@ -177,16 +178,37 @@ def test_cross_policy_needs_behaviour_log_probs_in_the_ratio_on_cpu(tmp_path):
     check_config(off, cuda=False)
 
 
-def test_cross_policy_on_a_rollout_without_stale_pool_fails_before_ray_on_cpu(tmp_path):
-    config = _compose(
-        "cpu_agentrl",
-        [f"actor_rollout_ref.model.path={tmp_path}", "data.train_files=[]", "data.val_files=[]",
-         "actor_rollout_ref.rollout.name=sglang"],
-    )  # fmt: skip
-    with pytest.raises(
-        ValueError, match=r"stale pool for actor_rollout_ref.rollout.name=sglang.*cross_policy.enable=false"
-    ):
-        check_config(config, cuda=True)
+@pytest.mark.parametrize("rollout", ["vllm", "sglang"])
+def test_cross_policy_on_gpu_needs_a_checkpoint_engine_that_reaches_the_stale_pool_on_cpu(tmp_path, rollout):
+    base = [f"actor_rollout_ref.model.path={tmp_path}", "data.train_files=[]", "data.val_files=[]",
+            f"actor_rollout_ref.rollout.name={rollout}"]  # fmt: skip
+    with pytest.raises(ValueError, match=r"checkpoint_engine.backend=naive reaches only.*backend=nccl"):
+        check_config(_compose("cpu_agentrl", base), cuda=True)
+    check_config(
+        _compose("cpu_agentrl", [*base, "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"]),
+        cuda=True,
+    )
+    # on CPU the platform's defaults choose the transport (gloo): nothing to refuse before them
+    check_config(_compose("cpu_agentrl", [f"actor_rollout_ref.model.path={tmp_path}", "data.train_files=[]",
+                                          "data.val_files=[]"]), cuda=False)  # fmt: skip
+
+
+def test_cpu_defaults_send_weights_to_standalone_replicas_over_gloo_on_cpu():
+    key = "actor_rollout_ref.rollout.checkpoint_engine.backend"
+    config = _compose("cpu_smoke")
+    assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "naive"  # verl's default
+    assert any(c.startswith(f"{key}: naive -> gloo") for c in apply_cpu_defaults(config))
+    assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "gloo"
+    from_gpu_recipe = _compose("cpu_smoke", [f"{key}=nccl"])
+    apply_cpu_defaults(from_gpu_recipe)
+    assert from_gpu_recipe.actor_rollout_ref.rollout.checkpoint_engine.backend == "gloo"
+    explicit_naive = _compose("cpu_smoke", [f"{key}=naive"])
+    apply_cpu_defaults(explicit_naive, {key})  # works for colocated replicas: kept
+    assert explicit_naive.actor_rollout_ref.rollout.checkpoint_engine.backend == "naive"
+    # verl's legacy trainer syncs even its colocated replicas through this backend: left alone
+    legacy = _compose("cpu_smoke", ["trainer.use_v1=false"])
+    apply_cpu_defaults(legacy)
+    assert legacy.actor_rollout_ref.rollout.checkpoint_engine.backend == "naive"
 
 
 def test_agentrl_node_comes_from_the_dataclasses_on_cpu():

@@ -258,11 +258,13 @@ def test_gpu_recipe_without_its_model_stops_before_ray_on_cpu(recipe, tmp_path):
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_cross_policy_on_gpu_recipe_is_refused_before_ray_on_cpu(recipe, tmp_path):
-    """Why the recipes leave it off: agentrl-train builds the stale pool only for the hf rollout."""
+def test_cross_policy_on_gpu_recipe_needs_a_checkpoint_engine_for_the_stale_pool_on_cpu(recipe, tmp_path):
+    """Turned on, cross-policy sampling needs a checkpoint engine that reaches standalone replicas."""
     config = _filled(recipe, tmp_path, ["agentrl.cross_policy.enable=true"])
-    with pytest.raises(ValueError, match="cross_policy.enable=true needs a stale pool"):
+    with pytest.raises(ValueError, match=r"checkpoint_engine.backend=naive reaches only.*backend=nccl"):
         check_config(config, cuda=True)
+    nccl = "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"
+    check_config(_filled(recipe, tmp_path, ["agentrl.cross_policy.enable=true", nccl]), cuda=True)
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
