@@ -13,6 +13,17 @@ rewards are all equal into rounding noise (rewards −0.2 in a group of 8 give +
 per-task division by σ_i + 1e-6 would blow that noise up to unit size. Here the group and task
 statistics are taken in float64, and a group (or a task) whose values spread by no more than
 ``FLAT_TOL`` (relative to their magnitude, at least 1) gets exactly 0.
+
+A flat group stays 0 through the task stage too: μ_i and σ_i are taken over the tokens of the
+task's *informative* samples (groups with spread, and groups of one), and only those tokens are
+normalized. Taken literally over all of the task's tokens, the centring gives every token of a
+flat group the advantage −μ_i/σ_i, and μ_i is rarely 0 in multi-turn tasks because μ_i is
+token-weighted and failed episodes are longer or shorter than successful ones (running to the
+turn limit, or ending at a malformed first turn). In two CPU main-job runs μ_i ran from −0.14
+to +0.17 (σ_i 0.3–0.9): every episode of an all-failed group was pushed up or down by up to
+0.35 for no reason but the length statistics of other groups. A group with no reward spread
+carries no signal, so here it gets none; the informative groups are normalized exactly as the
+paper's formula says.
 """
 
 from __future__ import annotations
@@ -46,8 +57,16 @@ def grpo_outcome_advantage(
     group of one sample has mean 0 and std 1 (its advantage is its reward; task normalization then
     centres it). Unlike verl, a group of two or more whose rewards are all equal gets exactly 0.
     """
+    return _grpo(scores, index, epsilon, norm_adv_by_std_in_grpo)[0]
+
+
+def _grpo(
+    scores: torch.Tensor, index: Sequence[Any], epsilon: float, norm_adv_by_std_in_grpo: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(GRPO advantages, which samples are informative: not in a flat group of two or more)."""
     values = scores.detach().to(torch.float64)
     out = torch.zeros_like(values)
+    informative = torch.zeros(values.shape[0], dtype=torch.bool)
     groups: dict[Any, list[int]] = {}
     for row, uid in enumerate(index):
         groups.setdefault(uid, []).append(row)
@@ -55,26 +74,35 @@ def grpo_outcome_advantage(
         group = values[rows]
         if len(rows) == 1:
             out[rows] = group / (1.0 + epsilon) if norm_adv_by_std_in_grpo else group
+            informative[rows] = True
             continue
         if _is_flat(group):
             continue  # zero spread: no signal, exactly 0
         centred = group - group.mean()
         out[rows] = centred / (group.std(correction=1) + epsilon) if norm_adv_by_std_in_grpo else centred
-    return out
+        informative[rows] = True
+    return out, informative
 
 
 def normalize_per_task(
-    advantages: torch.Tensor, response_mask: torch.Tensor, tasks: Sequence[str], eps: float = TASK_NORM_EPS
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    tasks: Sequence[str],
+    eps: float = TASK_NORM_EPS,
+    informative: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
     """Apply Ã = (Â − μ_i)/(σ_i + eps) per task over masked tokens; returns (Ã, stats per task).
 
     ``σ_i`` is the population standard deviation of the task's masked token advantages
     (a task with one masked token gets σ=0). Unmasked tokens stay 0, and so does a task whose
-    masked advantages are all equal.
+    masked advantages are all equal. ``informative`` (one bool per sample; None: all) limits
+    both the statistics and the normalization to those samples' tokens; the others stay 0.
     """
     if len(tasks) != advantages.shape[0]:
         raise ValueError(f"got {len(tasks)} task labels for a batch of {advantages.shape[0]} samples")
     mask = response_mask.bool()
+    if informative is not None:
+        mask = mask & informative.to(mask.device)[:, None]
     out = torch.zeros_like(advantages)
     stats: dict[str, dict[str, float]] = {}
     task_arr = np.asarray([str(t) for t in tasks], dtype=object)
@@ -115,23 +143,27 @@ def compute_task_normalized_advantage(
     """
     alive = response_mask.sum(dim=-1) > 0
     grpo = torch.zeros_like(token_level_rewards)
+    informative = torch.zeros(token_level_rewards.shape[0], dtype=torch.bool)
     if bool(alive.any()):
         rows = torch.nonzero(alive).flatten()
-        per_sample = grpo_outcome_advantage(
+        per_sample, informative[rows] = _grpo(
             token_level_rewards[rows].sum(dim=-1),
             np.asarray(index, dtype=object)[rows.numpy()].tolist(),
-            epsilon=epsilon,
-            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            epsilon,
+            norm_adv_by_std_in_grpo,
         )
         grpo[rows] = per_sample.to(grpo.dtype)[:, None] * response_mask[rows].to(grpo.dtype)
-    advantages, stats = normalize_per_task(grpo, response_mask, tasks)
+    advantages, stats = normalize_per_task(grpo, response_mask, tasks, informative=informative)
     scores = token_level_rewards.sum(dim=-1)
     task_arr = np.asarray([str(t) for t in tasks], dtype=object)
     metrics: dict[str, float] = {}
-    for task, values in stats.items():
+    for task in sorted(set(task_arr.tolist())):
         prefix = f"agentrl/task/{task}/"
-        metrics.update({prefix + k: v for k, v in values.items()})
-        metrics[prefix + "reward_mean"] = float(scores[torch.as_tensor(task_arr == task)].mean())
+        rows = torch.as_tensor(task_arr == task)
+        metrics.update({prefix + k: v for k, v in stats.get(task, {}).items()})
+        metrics[prefix + "reward_mean"] = float(scores[rows].mean())
+        # samples that carry a learning signal (their group has reward spread)
+        metrics[prefix + "informative_samples"] = float((informative & rows).sum())
     return advantages, advantages, metrics
 
 

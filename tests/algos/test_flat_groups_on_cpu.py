@@ -103,16 +103,16 @@ def test_flat_task_next_to_a_learning_task_on_cpu():
     adv = _advantages(data, uids, tasks)
     per_sample = _per_sample(adv, mask)
     assert per_sample[:8] == [0.0] * 8
-    # kg by hand: group k1 has mean 0.25 and sample std 0.5 -> [1.5, -0.5, -0.5, -0.5]; k2 is 0.
-    # Then per task over kg's masked tokens: mean mu and population std sigma of those token values.
+    # kg by hand: group k1 has mean 0.25 and sample std 0.5 -> [1.5, -0.5, -0.5, -0.5]; k2 is flat.
+    # Then per task over the masked tokens of kg's informative samples (k1 only): mean mu and
+    # population std sigma of those token values. k2 carries no signal and stays exactly 0
+    # (centring it by mu would give all four of its episodes the same nonzero push).
     k1 = np.array([0.75, -0.25, -0.25, -0.25]) / (0.5 + 1e-6)
-    token_values = np.concatenate(
-        [np.full(int(mask[8 + i].sum()), v) for i, v in enumerate(list(k1) + [0.0] * 4)]
-    )
+    token_values = np.concatenate([np.full(int(mask[8 + i].sum()), v) for i, v in enumerate(k1)])
     mu, sigma = token_values.mean(), token_values.std()
-    expected = [(v - mu) / (sigma + 1e-6) for v in list(k1) + [0.0] * 4]
+    expected = [(v - mu) / (sigma + 1e-6) for v in k1] + [0.0] * 4
     np.testing.assert_allclose(per_sample[8:], expected, atol=1e-5)
-    assert per_sample[12] != 0.0  # a flat group inside a learning task is shifted by the task mean
+    assert mu != 0.0  # the lengths differ, so a literal centring would have moved k2
 
 
 def test_rounding_noise_counts_as_equal_on_cpu():

@@ -15,18 +15,20 @@ def _reference(rewards: np.ndarray, mask: np.ndarray, uids: list[str], tasks: li
     then per-task token normalization."""
     scores = rewards.sum(axis=1)
     adv = np.zeros(len(uids))
+    signal = np.zeros(len(uids), dtype=bool)  # in a group with reward spread (or alone)
     for uid in set(uids):
         rows = [i for i, u in enumerate(uids) if u == uid and mask[i].sum() > 0]
-        if not rows:
+        if not rows or (len(rows) > 1 and np.ptp(scores[rows]) == 0):
             continue
         group = scores[rows]
         mean, std = (group.mean(), group.std(ddof=1)) if len(rows) > 1 else (0.0, 1.0)
         for i in rows:
             adv[i] = (scores[i] - mean) / (std + 1e-6)
+            signal[i] = True
     token_adv = adv[:, None] * mask
     out = np.zeros_like(token_adv)
     for task in set(tasks):
-        sel = np.array([t == task for t in tasks])[:, None] & (mask > 0)
+        sel = np.array([t == task for t in tasks])[:, None] & (mask > 0) & signal[:, None]
         vals = token_adv[sel]
         out[sel] = (vals - vals.mean()) / (vals.std() + 1e-6)
     return out
@@ -52,6 +54,10 @@ def _random_batch(seed: int, n_groups: int = 9, group_size: int = 4, length: int
     # a dropped sample (environment failure): no loss-masked token, yet a reward in its row
     mask[5, :] = 0
     rewards[5, 0] = 0.9
+    # a flat group (every episode ended the same way, e.g. all at the turn limit)
+    flat = slice(group_size * (n_groups - 1), n)
+    rewards[flat] = 0.0
+    rewards[np.arange(n)[flat], lengths[flat] - 1] = -0.2
     return rewards, mask, uids, tasks
 
 
@@ -65,8 +71,12 @@ def test_estimator_matches_reference_on_cpu(seed):
     expected = _reference(rewards.astype(np.float64), mask, uids, tasks)
     np.testing.assert_allclose(adv.numpy(), expected, atol=1e-4)
     assert torch.equal(adv, returns)
+    flat_rows = slice(len(uids) - 4, len(uids))
+    assert torch.count_nonzero(adv[flat_rows]) == 0  # the flat group carries no signal
+    signal = torch.ones(len(uids), dtype=torch.bool)
+    signal[flat_rows] = False
     for task in set(tasks):
-        sel = torch.tensor([t == task for t in tasks])[:, None] & torch.tensor(mask).bool()
+        sel = torch.tensor([t == task for t in tasks])[:, None] & torch.tensor(mask).bool() & signal[:, None]
         assert abs(adv[sel].mean().item()) < 1e-5
         assert metrics[f"agentrl/task/{task}/tokens"] == sel.sum().item()
     assert (adv[torch.tensor(mask) == 0] == 0).all()
