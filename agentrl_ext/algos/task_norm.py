@@ -110,7 +110,9 @@ def normalize_per_task(
         rows = torch.as_tensor(task_arr == task)
         sel = mask & rows[:, None]
         values = advantages[sel]
-        if values.numel() == 0:
+        if values.numel() == 0:  # no informative sample (or no masked token): nothing to normalize
+            zero = {k: 0.0 for k in ("adv_mean_before", "adv_std_before", "adv_mean_after", "adv_std_after")}
+            stats[task] = {**zero, "tokens": 0.0, "samples": float(rows.sum())}
             continue
         values64 = values.to(torch.float64)
         mu, sigma = values64.mean(), values64.std(correction=0)

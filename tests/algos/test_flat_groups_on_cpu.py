@@ -147,3 +147,19 @@ def test_empty_masks_on_cpu():
     adv = _advantages(data, uids, tasks)
     assert not torch.isnan(adv).any()
     assert torch.count_nonzero(adv) == 0
+
+
+def test_a_task_without_signal_still_reports_its_metrics_on_cpu():
+    # dashboards keep one curve per task: a step where every group of "os" is flat logs zeros
+    from agentrl_ext.algos.task_norm import compute_task_normalized_advantage
+
+    data, uids, tasks = _batch([("o1", "os", [-0.2] * 4), ("k1", "kg", [1.0, 0.0, 0.0, 0.0])])
+    _, _, metrics = compute_task_normalized_advantage(
+        data.batch["token_level_rewards"], data.batch["response_mask"], np.array(uids, dtype=object), tasks
+    )
+    assert metrics["agentrl/task/os/adv_std_after"] == 0.0
+    assert metrics["agentrl/task/os/tokens"] == 0.0
+    assert metrics["agentrl/task/os/informative_samples"] == 0.0
+    assert metrics["agentrl/task/os/samples"] == 4.0
+    assert metrics["agentrl/task/kg/informative_samples"] == 4.0
+    assert metrics["agentrl/task/kg/adv_std_after"] > 0.9
