@@ -41,9 +41,9 @@ from verl.checkpoint_engine.base import (
 )
 from verl.workers.rollout.utils import ensure_async_iterator
 
-logger = logging.getLogger(__name__)
+from agentrl_ext.platform.cpu_defaults import GLOO_CHECKPOINT_ENGINE as BACKEND
 
-BACKEND = "gloo"
+logger = logging.getLogger(__name__)
 
 #: chunks start at multiples of this many bytes in a bucket, so that every chunk can be viewed
 #: back as its dtype (a uint8 slice at an odd offset cannot be viewed as float32)

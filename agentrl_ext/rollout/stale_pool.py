@@ -46,10 +46,9 @@ from verl.checkpoint_engine import CheckpointEngineManager
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.rollout.llm_server import LLMServerManager
 
-logger = logging.getLogger(__name__)
+from agentrl_ext.platform.cpu_defaults import GLOO_CHECKPOINT_ENGINE
 
-#: checkpoint-engine backend for standalone replicas on each platform (the fix named on ``naive``)
-TRANSPORT_BY_PLATFORM = {"cpu": "gloo", "gpu": "nccl"}
+logger = logging.getLogger(__name__)
 
 
 def refresh_due(global_step: int, stale_step: int) -> bool:
@@ -64,8 +63,8 @@ def check_transport(backend: str) -> None:
             "agentrl.cross_policy.enable=true refreshes the stale pool's standalone replicas through verl's "
             "checkpoint engine, but actor_rollout_ref.rollout.checkpoint_engine.backend=naive reaches only "
             "replicas colocated with the actor. Set actor_rollout_ref.rollout.checkpoint_engine.backend="
-            f"{TRANSPORT_BY_PLATFORM['gpu']} on GPUs (or nixl, mooncake, ...), "
-            f"{TRANSPORT_BY_PLATFORM['cpu']} on CPU (agentrl-train sets it there unless naive is given explicitly)"
+            f"nccl on GPUs (or nixl, mooncake, ...), {GLOO_CHECKPOINT_ENGINE} on CPU "
+            "(agentrl-train sets it there unless naive is given explicitly)"
         )
 
 
