@@ -36,6 +36,7 @@ def descendants(pid: int) -> set[int]:
 
 
 def running(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie (killed children may wait to be reaped)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:

@@ -5,18 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from launcher_helpers import running
 
 from agentrl_ext.env.providers import LocalProvider, ResourceSpec
 from agentrl_ext.env.providers.base import TIMEOUT_EXIT_CODE
-
-
-def running(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie (killed children may wait to be reaped)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 @pytest.fixture
