@@ -10,6 +10,14 @@ the model and, at every iteration,
 3. samples one token per row with that row's own sampling parameters (temperature, top-k, top-p,
    repetition penalty, seed) and finishes rows independently (stop ids, stop strings, max tokens).
 
+Prefix caching (vLLM's ``enable_prefix_caching``, for multi-turn episodes): a finished request
+that carries a ``cache_key`` (the server passes verl's ``request_id``, which an agent loop keeps for
+a whole episode) leaves its KV behind; the next request with that key reuses the KV of the longest
+common token prefix and prefills only the rest (the environment's answer), instead of the whole
+conversation again. The reuse is token-exact (the prefix is compared token by token), entries
+never outlive a weight update (:meth:`ContinuousBatcher.weights_changed`), and the cache keeps at
+most ``prefix_cache_tokens`` tokens, least recently used first out.
+
 Exactness: active rows share one KV cache ``[rows, kv_heads, length, head_dim]``, left-padded to a
 common length when rows join; the 2-D attention mask hides the padding and ``position_ids`` count
 only a row's own tokens, so each row attends to exactly the keys, at exactly the positions, it
@@ -27,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,9 +106,22 @@ class _Row:
     log_probs: list[float] = field(default_factory=list)
     length: int = 0  # tokens of this row in the KV cache = position id of its next input token
     cancelled: bool = False
+    cache_key: str | None = None  # where its KV is kept when it finishes (prefix caching)
+    weights_version: int = -1  # the weights its KV was computed with (set at prefill)
 
     def finish(self, reason: str) -> None:
         self.deliver((self.tokens, self.log_probs, reason))
+
+
+@dataclass(eq=False)
+class _Prefix:
+    """The KV a finished request left behind: ``tokens`` and, per layer, keys and values
+    ``[kv_heads, len(tokens), head_dim]`` computed with weights ``weights_version``."""
+
+    tokens: list[int]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    weights_version: int
 
 
 def sample_next_tokens(rows: list[_Row], logits: torch.Tensor) -> tuple[list[int], list[float]]:
@@ -195,7 +216,12 @@ class ContinuousBatcher:
         *,
         max_batch_size: int = 256,
         max_prefill_tokens: int = 8192,
+        prefix_cache_tokens: int = 0,
     ) -> None:
+        if prefix_cache_tokens < 0:
+            raise ValueError(
+                f"prefix_cache_tokens must be >= 0 (0 turns prefix caching off), got {prefix_cache_tokens}"
+            )
         if max_batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError(
                 f"max_batch_size ({max_batch_size}) and max_prefill_tokens ({max_prefill_tokens}) must be >= 1; "
@@ -215,12 +241,31 @@ class ContinuousBatcher:
         self._rows: list[_Row] = []
         self._cache: Any = None
         self._mask: torch.Tensor | None = None
-        #: counters: forwards run, tokens decoded, the widest batch (for benchmarks and tests)
-        self.stats = {"prefill_forwards": 0, "decode_forwards": 0, "decoded_rows": 0, "max_rows": 0}
+        # prefix cache: cache key -> the KV its last finished request left (LRU order)
+        self.prefix_cache_tokens = prefix_cache_tokens
+        self._prefixes: OrderedDict[str, _Prefix] = OrderedDict()
+        self._prefix_lock = threading.Lock()
+        self._cached_tokens = 0
+        self._weights_version = 0
+        #: counters: forwards run, tokens decoded, the widest batch, prompt tokens prefilled and
+        #: prompt tokens taken from the prefix cache instead (for benchmarks and tests)
+        self.stats = {
+            "prefill_forwards": 0,
+            "decode_forwards": 0,
+            "decoded_rows": 0,
+            "max_rows": 0,
+            "prefill_tokens": 0,
+            "prefix_hit_tokens": 0,
+        }
 
     # -- requests (any thread) -------------------------------------------------------------
-    async def generate(self, prompt_ids: list[int], spec: SamplingSpec) -> GenerationResult:
-        """Queue a request and wait for its result; cancelling the caller drops its row."""
+    async def generate(
+        self, prompt_ids: list[int], spec: SamplingSpec, cache_key: str | None = None
+    ) -> GenerationResult:
+        """Queue a request and wait for its result; cancelling the caller drops its row.
+
+        ``cache_key``: requests with the same key share their KV prefix (see the module docstring).
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[GenerationResult] = loop.create_future()
 
@@ -230,7 +275,7 @@ class ContinuousBatcher:
             except RuntimeError:  # the caller's event loop is gone
                 pass
 
-        row = self.submit(prompt_ids, spec, deliver)
+        row = self.submit(prompt_ids, spec, deliver, cache_key)
         try:
             return await future
         except asyncio.CancelledError:
@@ -242,11 +287,12 @@ class ContinuousBatcher:
         prompt_ids: list[int],
         spec: SamplingSpec,
         deliver: Callable[[GenerationResult | BaseException], None],
+        cache_key: str | None = None,
     ) -> _Row:
         """Queue a request; ``deliver`` is called once, from the decode thread, with its result."""
         stop_ids = set(spec.stop_token_ids) | (set() if spec.ignore_eos else self.eos_token_ids)
         generator = torch.Generator().manual_seed(int(spec.seed)) if spec.seed is not None else None
-        row = _Row(list(prompt_ids), spec, frozenset(stop_ids), deliver, generator)
+        row = _Row(list(prompt_ids), spec, frozenset(stop_ids), deliver, generator, cache_key=cache_key)
         with self._cv:
             if self._aborting:
                 row.finish("aborted")
@@ -269,6 +315,20 @@ class ContinuousBatcher:
     def resume(self) -> None:
         with self._cv:
             self._aborting = False
+
+    def weights_changed(self) -> None:
+        """Call under :attr:`model_lock` after changing the weights: drops every cached prefix, and
+        requests in flight leave none (their KV mixes two weight versions)."""
+        with self._prefix_lock:
+            self._weights_version += 1
+            self._prefixes.clear()
+            self._cached_tokens = 0
+
+    @property
+    def cached_prefix_tokens(self) -> int:
+        """Tokens held by the prefix cache."""
+        with self._prefix_lock:
+            return self._cached_tokens
 
     @property
     def pending(self) -> int:
@@ -343,6 +403,24 @@ class ContinuousBatcher:
         return out.logits[:, -1]
 
     def _prefill(self, admit: list[_Row]) -> None:
+        """Prefill the admitted rows: those with a cached prefix in one forward over their new
+        tokens, the others in one forward over their whole prompts; then add them to the batch."""
+        version = self._weights_version
+        fresh: list[_Row] = []
+        reused: list[tuple[_Row, _Prefix, int]] = []
+        for row in admit:
+            row.weights_version = version
+            hit = self._lookup(row, version)
+            if hit is None:
+                fresh.append(row)
+            else:
+                reused.append((row, *hit))
+        if fresh:
+            self._prefill_fresh(fresh)
+        if reused:
+            self._prefill_reused(reused)
+
+    def _prefill_fresh(self, admit: list[_Row]) -> None:
         from transformers import DynamicCache  # imported where used, as load_causal_lm does
 
         longest = max(len(r.prompt_ids) for r in admit)
@@ -357,8 +435,44 @@ class ContinuousBatcher:
         cache = DynamicCache()
         logits = self._forward(ids, mask, positions, cache)
         self.stats["prefill_forwards"] += 1
-        keep = self._advance(admit, logits)
+        self.stats["prefill_tokens"] += int(mask.sum())
+        keep = self._advance(admit, logits, cache, mask)
         self._merge(*self._select(admit, cache, mask, keep))
+
+    def _prefill_reused(self, reused: list[tuple[_Row, _Prefix, int]]) -> None:
+        """Rows whose first ``m`` prompt tokens have cached KV. Layout per row: ``[pad][its m cached
+        tokens][pad][its new tokens]``; the mask hides both pads and positions count real tokens."""
+        from transformers import DynamicCache
+
+        past = max(m for _, _, m in reused)
+        new = max(len(row.prompt_ids) - m for row, _, m in reused)
+        rows = [row for row, _, _ in reused]
+        past_mask = torch.zeros(len(rows), past, dtype=torch.long)
+        ids = torch.zeros(len(rows), new, dtype=torch.long)
+        new_mask = torch.zeros(len(rows), new, dtype=torch.long)
+        for i, (row, _, m) in enumerate(reused):
+            suffix = row.prompt_ids[m:]
+            past_mask[i, past - m :] = 1
+            ids[i, new - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            new_mask[i, new - len(suffix) :] = 1
+            row.length = len(row.prompt_ids)
+        layers = [
+            (
+                torch.cat([_left_pad(p.keys[layer][None, :, :m], past, -2) for _, p, m in reused]),
+                torch.cat([_left_pad(p.values[layer][None, :, :m], past, -2) for _, p, m in reused]),
+            )
+            for layer in range(len(reused[0][1].keys))
+        ]
+        cache = DynamicCache(ddp_cache_data=layers)
+        mask = torch.cat([past_mask, new_mask], dim=1)
+        cached = torch.tensor([m for _, _, m in reused], dtype=torch.long)
+        positions = cached[:, None] + (new_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = self._forward(ids, mask, positions, cache)
+        self.stats["prefill_forwards"] += 1
+        self.stats["prefill_tokens"] += int(new_mask.sum())
+        self.stats["prefix_hit_tokens"] += int(cached.sum())
+        keep = self._advance(rows, logits, cache, mask)
+        self._merge(*self._select(rows, cache, mask, keep))
 
     def _decode(self) -> None:
         assert self._mask is not None
@@ -372,14 +486,16 @@ class ContinuousBatcher:
         self.stats["decode_forwards"] += 1
         self.stats["decoded_rows"] += len(rows)
         self.stats["max_rows"] = max(self.stats["max_rows"], len(rows))
-        keep = self._advance(rows, logits)
+        keep = self._advance(rows, logits, self._cache, self._mask)
         if len(keep) < len(rows):
             self._set_batch(*self._select(rows, self._cache, self._mask, keep))
 
-    def _advance(self, rows: list[_Row], logits: torch.Tensor) -> list[int]:
-        """Append one sampled token to every row, finish the rows that stop; the indices that go on."""
+    def _advance(self, rows: list[_Row], logits: torch.Tensor, cache: Any, mask: torch.Tensor) -> list[int]:
+        """Append one sampled token to every row, finish the rows that stop (keeping their KV
+        first, so that their next turn finds it); the indices that go on."""
         tokens, log_probs = sample_next_tokens(rows, logits)
         keep: list[int] = []
+        done: list[tuple[int, _Row, str]] = []
         for i, (row, token, log_prob) in enumerate(zip(rows, tokens, log_probs, strict=True)):
             if row.cancelled:
                 continue
@@ -389,7 +505,10 @@ class ContinuousBatcher:
             if reason is None:
                 keep.append(i)
             else:
-                row.finish(reason)
+                done.append((i, row, reason))
+        for i, row, reason in done:
+            self._retain(row, i, cache, mask)
+            row.finish(reason)
         return keep
 
     def _stop_reason(self, row: _Row, token: int) -> str | None:
@@ -402,6 +521,60 @@ class ContinuousBatcher:
         if len(row.tokens) >= row.spec.max_tokens:
             return "length"
         return None
+
+    # -- the prefix cache ------------------------------------------------------------------
+    def _lookup(self, row: _Row, version: int) -> tuple[_Prefix, int] | None:
+        """The cached prefix of ``row`` and how many of its prompt tokens it covers (at least one
+        prompt token is always left to prefill), or None."""
+        if row.cache_key is None or not self.prefix_cache_tokens:
+            return None
+        with self._prefix_lock:
+            prefix = self._prefixes.pop(row.cache_key, None)
+            if prefix is not None:
+                self._cached_tokens -= len(prefix.tokens)
+        if prefix is None or prefix.weights_version != version:
+            return None
+        limit = min(len(prefix.tokens), len(row.prompt_ids) - 1)
+        m = 0
+        while m < limit and prefix.tokens[m] == row.prompt_ids[m]:
+            m += 1
+        return (prefix, m) if m else None
+
+    def _retain(self, row: _Row, i: int, cache: Any, mask: torch.Tensor) -> None:
+        """Keep the KV of finished row ``i`` of ``cache`` under its key: its prompt and all its
+        tokens but the last (which was sampled, never fed)."""
+        if (
+            row.cache_key is None
+            or not self.prefix_cache_tokens
+            or row.weights_version != self._weights_version
+        ):
+            return
+        tokens = row.prompt_ids + row.tokens[:-1]
+        if len(tokens) > self.prefix_cache_tokens:
+            return
+        valid = mask[i].bool()
+        keys = [layer.keys[i][:, valid] for layer in cache.layers]
+        if keys[0].shape[1] != len(tokens):  # cannot happen; never keep a misaligned prefix
+            logger.warning(
+                "prefix cache: row holds %d KV positions for %d tokens; not kept",
+                keys[0].shape[1],
+                len(tokens),
+            )
+            return
+        prefix = _Prefix(
+            tokens, keys, [layer.values[i][:, valid] for layer in cache.layers], row.weights_version
+        )
+        with self._prefix_lock:
+            if prefix.weights_version != self._weights_version:
+                return
+            old = self._prefixes.pop(row.cache_key, None)
+            if old is not None:
+                self._cached_tokens -= len(old.tokens)
+            self._prefixes[row.cache_key] = prefix
+            self._cached_tokens += len(tokens)
+            while self._cached_tokens > self.prefix_cache_tokens:
+                _, evicted = self._prefixes.popitem(last=False)
+                self._cached_tokens -= len(evicted.tokens)
 
     # -- the shared KV cache ---------------------------------------------------------------
     @staticmethod

@@ -144,13 +144,22 @@ def eos_ids_of(model: torch.nn.Module, tokenizer: Any) -> set[int]:
     return ids
 
 
+def prefix_cache_tokens(config: Any) -> int:
+    """The prefix cache's size in tokens: 8 prefill budgets (``rollout.max_num_batched_tokens``)
+    when ``rollout.enable_prefix_caching`` is on (verl's default), else 0 (off)."""
+    if not getattr(config, "enable_prefix_caching", True):
+        return 0
+    return 8 * int(config.max_num_batched_tokens)
+
+
 class HFRolloutServer:
     """Ray actor serving one HF model replica with verl's rollout-server interface.
 
     Concurrent ``generate`` calls are decoded together (continuous batching). Knobs, with vLLM's
     meaning: ``rollout.max_num_seqs`` is the most requests decoded in one batch (1 serves them one
     at a time), ``rollout.max_num_batched_tokens`` the most padded prompt tokens prefilled in one
-    forward.
+    forward, ``rollout.enable_prefix_caching`` reuses an episode's KV from one turn to the next
+    (keyed by ``request_id``; see :func:`prefix_cache_tokens`).
     """
 
     def __init__(self, config: Any, model_config: Any, replica_rank: int = 0, **_: Any) -> None:
@@ -170,6 +179,7 @@ class HFRolloutServer:
             tokenizer,
             max_batch_size=int(self.config.max_num_seqs),
             max_prefill_tokens=int(self.config.max_num_batched_tokens),
+            prefix_cache_tokens=prefix_cache_tokens(self.config),
         )
         self.max_model_len = int(
             self.config.max_model_len or (self.config.prompt_length + self.config.response_length)
@@ -227,7 +237,7 @@ class HFRolloutServer:
         spec = self._sampling_spec(len(prompt_ids), dict(sampling_params))
         self._running.add(request_id)
         try:
-            tokens, log_probs, reason = await self.engine.generate(prompt_ids, spec)
+            tokens, log_probs, reason = await self.engine.generate(prompt_ids, spec, cache_key=request_id)
         finally:
             self._running.discard(request_id)
         return TokenOutput(
@@ -256,6 +266,7 @@ class HFRolloutServer:
         with self.engine.model_lock, torch.no_grad():
             for name, tensor in state.items():
                 own[name].copy_(tensor.to(own[name].dtype))
+            self.engine.weights_changed()
 
     def export_state(self) -> dict[str, torch.Tensor]:
         """The served weights (CPU copies): lets tests compare them with the trainer's."""
@@ -276,7 +287,8 @@ class HFRolloutServer:
         return None
 
     async def clear_kv_cache(self) -> None:
-        return None
+        with self.engine.model_lock:
+            self.engine.weights_changed()
 
     async def release_kv_cache(self) -> None:
         return None
