@@ -31,11 +31,17 @@ class AssetsConfig:
     """``agentrl.assets``: offline assets the entry point builds before launching verl, when missing."""
 
     #: build the tiny offline model at ``actor_rollout_ref.model.path`` if that path does not exist
+    #: (or holds a tiny model built from other settings; its ``agentrl_tiny_model.json`` tells)
     build_tiny_model: bool = False
     #: seed of the tiny model built there
     tiny_model_seed: int = 0
     #: sizes of that tiny model that differ from TinyModelSpec's (e.g. {hidden_size: 128, num_layers: 4})
     tiny_model_spec: dict[str, int] = field(default_factory=dict)
+    #: expert episodes per task (the run's tasks that have an expert) whose chat-rendered text the
+    #: tiny tokenizer also learns from, so that the tasks' prompts and tool calls take few tokens,
+    #: as with a real model's tokenizer; 0: the embedded corpus only. Played through the
+    #: controller, so the environments must be up (the main job starts them first).
+    tokenizer_expert_episodes: int = 0
     #: build the toy letters dataset at ``data.train_files`` / ``data.val_files`` if missing
     build_toy_data: bool = False
     #: build ``data.train_files`` (AgentRL's task mixing) and ``data.val_files`` from the

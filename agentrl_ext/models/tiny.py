@@ -12,11 +12,16 @@ The console script ``agentrl-tiny-model OUT_DIR`` does the same from the command
 from __future__ import annotations
 
 import argparse
+import hashlib
+import itertools
+import json
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -27,6 +32,7 @@ from agentrl_ext.models.tiny_corpus import corpus_lines
 
 __all__ = [
     "BUILDER_VERSION",
+    "BUILD_RECORD",
     "ENDOFTEXT",
     "IM_END",
     "IM_START",
@@ -34,6 +40,7 @@ __all__ = [
     "TOOL_TOKENS",
     "TinyModelSpec",
     "build_model",
+    "build_record",
     "build_tiny_model",
     "build_tokenizer",
     "main",
@@ -94,8 +101,9 @@ class TinyModelSpec:
             )
 
 
-def _train_bpe(vocab_size: int) -> Tokenizer:
-    """Train a byte-level BPE on the embedded corpus, with Qwen2's normalizer and pre-tokenizer."""
+def _train_bpe(vocab_size: int, extra_corpus: Sequence[str] = ()) -> Tokenizer:
+    """Train a byte-level BPE on the embedded corpus (and ``extra_corpus``), with Qwen2's
+    normalizer and pre-tokenizer."""
     tokenizer = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -112,7 +120,7 @@ def _train_bpe(vocab_size: int) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
-    tokenizer.train_from_iterator(corpus_lines(), trainer=trainer)
+    tokenizer.train_from_iterator(itertools.chain(corpus_lines(), extra_corpus), trainer=trainer)
     if tokenizer.get_vocab_size() < vocab_size:
         logger.warning(
             "vocab_size %d is more than the embedded corpus supports; the BPE vocabulary has %d tokens",
@@ -125,15 +133,20 @@ def _train_bpe(vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def build_tokenizer(vocab_size: int = TinyModelSpec.vocab_size) -> PreTrainedTokenizerFast:
+def build_tokenizer(
+    vocab_size: int = TinyModelSpec.vocab_size, extra_corpus: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
     """Return the tiny chat tokenizer: byte-level BPE, Qwen2.5 special tokens and chat template.
 
     ``eos_token`` is ``<|im_end|>`` (the end of a chat turn, where generation stops) and
     ``pad_token`` is ``<|endoftext|>``; there is no BOS token, as in Qwen2.5-Instruct. Training is
-    deterministic, so the same ``vocab_size`` always gives the same files.
+    deterministic, so the same ``vocab_size`` and ``extra_corpus`` always give the same files.
+    ``extra_corpus``: more training text, e.g. the rendered episodes of the tasks the model will
+    play, so that their prompts and tool calls take few tokens (as a real model's tokenizer,
+    trained on far more text, would); see ``agentrl.assets.tokenizer_expert_episodes``.
     """
     return PreTrainedTokenizerFast(
-        tokenizer_object=_train_bpe(vocab_size),
+        tokenizer_object=_train_bpe(vocab_size, extra_corpus),
         eos_token=IM_END,
         pad_token=ENDOFTEXT,
         unk_token=None,
@@ -205,12 +218,15 @@ def build_tiny_model(
     num_kv_heads: int = TinyModelSpec.num_kv_heads,
     intermediate_size: int = TinyModelSpec.intermediate_size,
     max_position_embeddings: int = TinyModelSpec.max_position_embeddings,
+    extra_corpus: Sequence[str] = (),
 ) -> Path:
     """Build the tiny tokenizer and model and ``save_pretrained`` both into ``out_dir``.
 
     The directory loads with ``AutoTokenizer.from_pretrained`` and
     ``AutoModelForCausalLM.from_pretrained`` without network access. The same arguments always
-    write byte-identical files. Returns ``out_dir`` as a ``Path``.
+    write byte-identical files. ``extra_corpus``: see :func:`build_tokenizer`. Besides the HF
+    files, ``out_dir/BUILD_RECORD`` records the arguments (:func:`build_record`), so that a caller can
+    tell a model built with other arguments. Returns ``out_dir`` as a ``Path``.
     """
     spec = TinyModelSpec(
         vocab_size=vocab_size,
@@ -223,12 +239,13 @@ def build_tiny_model(
     )
     out = Path(out_dir)
     started = time.perf_counter()
-    tokenizer = build_tokenizer(spec.vocab_size)
+    tokenizer = build_tokenizer(spec.vocab_size, extra_corpus)
     tokenizer.model_max_length = spec.max_position_embeddings
     model = build_model(tokenizer, spec, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     model.save_pretrained(out)
+    (out / BUILD_RECORD).write_text(json.dumps(build_record(spec, seed, extra_corpus), indent=2) + "\n")
     logger.info(
         "built tiny model in %s: %d tokens, %d parameters, seed %d, %.2f s",
         out,
@@ -238,6 +255,17 @@ def build_tiny_model(
         time.perf_counter() - started,
     )
     return out
+
+
+#: the file in a built model's folder that records what it was built from
+BUILD_RECORD = "agentrl_tiny_model.json"
+
+
+def build_record(spec: TinyModelSpec, seed: int, extra_corpus: Sequence[str] = ()) -> dict[str, Any]:
+    """What :func:`build_tiny_model` writes to ``BUILD_RECORD``: the builder version, the spec, the
+    seed and a digest of the extra corpus. Equal records mean equal builds."""
+    digest = hashlib.sha256("\n".join(extra_corpus).encode()).hexdigest()[:16] if extra_corpus else None
+    return {"builder_version": BUILDER_VERSION, "spec": asdict(spec), "seed": seed, "extra_corpus": digest}
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

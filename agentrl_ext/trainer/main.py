@@ -8,6 +8,7 @@ plumbing when verl runs on the CPU platform, and hands over to verl's own traine
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from importlib import resources
@@ -52,25 +53,68 @@ def recipes_dir() -> str:
 def prepare_assets(config: DictConfig, agentrl: AgentRLConfig) -> None:
     """Build the tiny model / toy data where the recipe asks for them and they are missing."""
     model_path = Path(str(config.actor_rollout_ref.model.path))
-    if agentrl.assets.build_tiny_model and not (model_path / "config.json").exists():
-        from dataclasses import fields
-
-        from agentrl_ext.models.tiny import TinyModelSpec, build_tiny_model
-
-        sizes = {f.name for f in fields(TinyModelSpec)}
-        unknown = sorted(set(agentrl.assets.tiny_model_spec) - sizes)
-        if unknown:
-            raise ValueError(
-                f"agentrl.assets.tiny_model_spec has unknown keys {unknown}; known: {', '.join(sorted(sizes))}"
-            )
-
-        logger.info("building the tiny offline model at %s", model_path)
-        build_tiny_model(model_path, seed=agentrl.assets.tiny_model_seed, **agentrl.assets.tiny_model_spec)
+    if agentrl.assets.build_tiny_model:
+        _ensure_tiny_model(config, agentrl, model_path)
     if agentrl.assets.build_toy_data:
         from agentrl_ext.data.toy import build_toy_dataset
 
         train = Path(str(config.data.train_files))
         build_toy_dataset(train.parent)
+
+
+def _ensure_tiny_model(config: DictConfig, agentrl: AgentRLConfig, model_path: Path) -> None:
+    """Build the tiny model at ``model_path`` unless a model is there: one built from the same
+    settings (its build record says so) or one we did not build (no record: the user's own)."""
+    from dataclasses import fields
+
+    from agentrl_ext.models.tiny import BUILD_RECORD, TinyModelSpec, build_record, build_tiny_model
+
+    assets = agentrl.assets
+    sizes = {f.name for f in fields(TinyModelSpec)}
+    unknown = sorted(set(assets.tiny_model_spec) - sizes)
+    if unknown:
+        raise ValueError(
+            f"agentrl.assets.tiny_model_spec has unknown keys {unknown}; known: {', '.join(sorted(sizes))}"
+        )
+    if assets.tokenizer_expert_episodes < 0:
+        raise ValueError(
+            f"agentrl.assets.tokenizer_expert_episodes must be >= 0 (0: no task text), got {assets.tokenizer_expert_episodes}"
+        )
+    record_file = model_path / BUILD_RECORD
+    if (model_path / "config.json").exists() and not record_file.exists():
+        return  # a model we did not build: never overwrite it
+    corpus = _tokenizer_corpus(config, agentrl) if assets.tokenizer_expert_episodes else []
+    wanted = build_record(TinyModelSpec(**assets.tiny_model_spec), assets.tiny_model_seed, corpus)
+    if record_file.exists():
+        if json.loads(record_file.read_text()) == wanted:
+            return
+        logger.info("the tiny model at %s was built from other settings; rebuilding it", model_path)
+    logger.info("building the tiny offline model at %s", model_path)
+    build_tiny_model(model_path, seed=assets.tiny_model_seed, extra_corpus=corpus, **assets.tiny_model_spec)
+
+
+def _tokenizer_corpus(config: DictConfig, agentrl: AgentRLConfig) -> list[str]:
+    """The chat-rendered text of ``tokenizer_expert_episodes`` expert episodes of each of the
+    run's tasks that has an expert, played through the controller."""
+    from agentrl_ext.data.expert import EXPERTS
+    from agentrl_ext.models.tiny import build_tokenizer
+    from agentrl_ext.trainer.sft import expert_rows
+
+    url = str(config.agentrl.agent_loop.get("controller_url") or "")
+    tasks = [t for t in agentrl.envs.tasks or [] if t in EXPERTS]
+    if not url or not tasks:
+        raise ValueError(
+            "agentrl.assets.tokenizer_expert_episodes needs expert episodes: a controller "
+            f"(agentrl.agent_loop.controller_url={url!r}) and tasks with an expert in agentrl.envs.tasks "
+            f"({list(agentrl.envs.tasks or [])}; experts: {', '.join(sorted(EXPERTS))}); set it to 0 otherwise"
+        )
+    template = build_tokenizer()  # only its chat template renders the text
+    lines: list[str] = []
+    for task in tasks:
+        for row in expert_rows(url, task, agentrl.assets.tokenizer_expert_episodes):
+            lines.append(template.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False))
+    logger.info("tiny tokenizer: %d expert episodes of %s as extra corpus", len(lines), ", ".join(tasks))
+    return lines
 
 
 def _local_data_files(config: DictConfig) -> list[tuple[str, str]]:

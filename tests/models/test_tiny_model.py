@@ -313,3 +313,37 @@ def test_tiny_model_path_builds_once_and_survives_a_race_on_cpu(
 
     monkeypatch.setattr(tiny_model_cache, "build_tiny_model", None)  # a cached hit must not build
     assert tiny_model_path(cache, seed=5) == expected
+
+
+def test_extra_corpus_shortens_the_tasks_text_and_is_recorded_on_cpu(tmp_path: Path) -> None:
+    """Episodes of a task as extra tokenizer corpus: another episode of that task then takes fewer
+    tokens (its words become single tokens), and the build record tells the two builds apart."""
+    from agentrl_ext.models.tiny import BUILD_RECORD, build_tokenizer
+
+    def episode(city: str, degrees: int) -> list[dict[str, Any]]:
+        return [
+            {"role": "user", "content": f"What is the weather in {city}? Answer in celsius."},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}
+                ],
+            },
+            {"role": "tool", "content": f"{degrees} degrees celsius, partly cloudy"},
+            {"role": "assistant", "content": f"It is {degrees} degrees celsius in {city}."},
+        ]
+
+    plain = build_tokenizer()
+    corpus = [
+        plain.apply_chat_template(episode(c, d), tools=[WEATHER_TOOL], tokenize=False)
+        for c, d in [("Oslo", 3), ("Lima", 19), ("Cairo", 31), ("Quito", 14)] * 4
+    ]
+    trained = build_tokenizer(extra_corpus=corpus)
+    held_out = plain.apply_chat_template(episode("Oslo", 27), tools=[WEATHER_TOOL], tokenize=False)
+    assert trained.decode(trained(held_out)["input_ids"]) == held_out
+    assert len(trained(held_out)["input_ids"]) < 0.85 * len(plain(held_out)["input_ids"])
+
+    a = json.loads((build_tiny_model(tmp_path / "a") / BUILD_RECORD).read_text())
+    b = json.loads((build_tiny_model(tmp_path / "b", extra_corpus=corpus) / BUILD_RECORD).read_text())
+    assert a["extra_corpus"] is None and b["extra_corpus"] and a["spec"] == b["spec"]
