@@ -112,7 +112,9 @@ def _tokenizer_corpus(config: DictConfig, agentrl: AgentRLConfig) -> list[str]:
     lines: list[str] = []
     for task in tasks:
         for row in expert_rows(url, task, agentrl.assets.tokenizer_expert_episodes):
-            lines.append(template.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False))
+            lines.append(
+                str(template.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False))
+            )
     logger.info("tiny tokenizer: %d expert episodes of %s as extra corpus", len(lines), ", ".join(tasks))
     return lines
 
