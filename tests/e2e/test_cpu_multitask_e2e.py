@@ -75,6 +75,9 @@ def test_main_job_shortened_on_cpu(tmp_path):
     _assert_all_gone(list(children.values()))
 
     run = tmp_path / "run"
+    # the tiny model was built with a tokenizer that also learned the tasks' expert episodes
+    record = json.loads((tmp_path / "cache" / "tiny_model_multitask" / "agentrl_tiny_model.json").read_text())
+    assert record["extra_corpus"], record
     # the warm start ran verl's SFT trainer on expert episodes of every task
     assert sorted(p.stem for p in (run / "sft" / "data").glob("*.parquet")) == sorted(TASKS)
     assert (run / "sft" / "global_step_2" / "huggingface" / "config.json").exists()
