@@ -64,7 +64,8 @@ def prepare_assets(config: DictConfig, agentrl: AgentRLConfig) -> None:
 
 def _ensure_tiny_model(config: DictConfig, agentrl: AgentRLConfig, model_path: Path) -> None:
     """Build the tiny model at ``model_path`` unless a model is there: one built from the same
-    settings (its build record says so) or one we did not build (no record: the user's own)."""
+    settings (its build record says so) or one we did not build (no record, and outside
+    ``agentrl.cache_dir``: the user's own)."""
     from dataclasses import fields
 
     from agentrl_ext.models.tiny import BUILD_RECORD, TinyModelSpec, build_record, build_tiny_model
@@ -81,8 +82,9 @@ def _ensure_tiny_model(config: DictConfig, agentrl: AgentRLConfig, model_path: P
             f"agentrl.assets.tokenizer_expert_episodes must be >= 0 (0: no task text), got {assets.tokenizer_expert_episodes}"
         )
     record_file = model_path / BUILD_RECORD
-    if (model_path / "config.json").exists() and not record_file.exists():
-        return  # a model we did not build: never overwrite it
+    in_cache = model_path.resolve().is_relative_to(Path(str(agentrl.cache_dir)).resolve())
+    if (model_path / "config.json").exists() and not record_file.exists() and not in_cache:
+        return  # a model we did not build (no record, outside our cache): never overwrite it
     corpus = _tokenizer_corpus(config, agentrl) if assets.tokenizer_expert_episodes else []
     wanted = build_record(TinyModelSpec(**assets.tiny_model_spec), assets.tiny_model_seed, corpus)
     if record_file.exists():

@@ -15,11 +15,15 @@ from agentrl_ext.models.tiny import BUILD_RECORD
 from agentrl_ext.trainer.main import prepare_assets
 
 
-def _prepare(model: Path, **assets) -> None:
+def _prepare(model: Path, cache_dir: Path | None = None, **assets) -> None:
     config = OmegaConf.create(
         {
             "actor_rollout_ref": {"model": {"path": str(model)}},
-            "agentrl": {"assets": {"build_tiny_model": True, **assets}, "agent_loop": {}},
+            "agentrl": {
+                "cache_dir": str(cache_dir or model.parent / "cache"),
+                "assets": {"build_tiny_model": True, **assets},
+                "agent_loop": {},
+            },
         }
     )
     prepare_assets(config, AgentRLConfig.from_config(config.agentrl))
@@ -53,6 +57,15 @@ def test_a_model_we_did_not_build_is_left_alone_on_cpu(tmp_path):
     (model / "config.json").write_text('{"model_type": "qwen2"}')
     _prepare(model, tiny_model_spec={"num_layers": 1})
     assert sorted(p.name for p in model.iterdir()) == ["config.json"]
+
+
+def test_a_model_without_record_in_our_cache_is_rebuilt_on_cpu(tmp_path):
+    """An older build in agentrl.cache_dir (before build records) is ours: brought up to date."""
+    model = tmp_path / "cache" / "tiny"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "qwen2"}')
+    _prepare(model, cache_dir=tmp_path / "cache", tiny_model_spec={"num_layers": 1})
+    assert _spec(model)["num_layers"] == 1
 
 
 def test_tokenizer_expert_episodes_need_a_controller_and_a_valid_count_on_cpu(tmp_path):
