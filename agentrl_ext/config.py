@@ -279,6 +279,9 @@ class AgentRLConfig:
     #: where offline assets are built; unset: ``$AGENTRL_CACHE_DIR``, else ``.cache/agentrl``
     #: (made absolute at start, because Ray processes may not share the driver's directory)
     cache_dir: Optional[str] = None  # noqa: UP045
+    #: seconds between two looks of verl's replay buffer for a finished batch (verl's own, not
+    #: configurable there: 2.0, which rounds every step's generation up to a 2-second boundary)
+    replay_poll_interval_s: float = 0.05
     assets: AssetsConfig = field(default_factory=AssetsConfig)
     agent_loop: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     cross_policy: CrossPolicyConfig = field(default_factory=CrossPolicyConfig)
@@ -298,6 +301,10 @@ class AgentRLConfig:
                 f"agentrl.cache_dir is empty; set it to a writable directory (default {DEFAULT_CACHE_DIR})"
             )
         self.cache_dir = str(Path(os.path.expanduser(str(raw))).resolve())
+        if not self.replay_poll_interval_s > 0:
+            raise ValueError(
+                f"agentrl.replay_poll_interval_s={self.replay_poll_interval_s} must be > 0 (verl's own is 2.0)"
+            )
 
     @classmethod
     def from_config(cls, node: DictConfig | dict[str, Any] | None) -> AgentRLConfig:

@@ -33,6 +33,8 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._compute_advantage"),
     ("verl.workers.rollout.replica", "RolloutReplicaRegistry._registry"),
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._add_prompts_to_generate"),
+    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._build_replay_buffer"),
+    ("verl.trainer.ppo.v1.replay_buffer", "ReplayBuffer._wait_for_next_poll"),
 )
 
 #: verl private instance attributes we set (checked through verl's public accessors).
@@ -212,13 +214,27 @@ def unpinned_fsdp2_offload() -> None:
 
 
 class TrainerStepHooks:
-    """Mixin for a subclass of verl's v1 ``PPOTrainer`` (e.g. ``PPOTrainerSync``): exposes two of
-    its private per-step methods as hooks, so trainer code never overrides verl's private names.
+    """Mixin for a subclass of verl's v1 ``PPOTrainer`` (e.g. ``PPOTrainerSync``): exposes some of
+    its private methods as hooks, so trainer code never overrides verl's private names.
 
     - :meth:`after_old_log_prob` runs after verl set ``old_log_probs`` (recomputed by the actor,
       or the rollout log-probs in rollout-correction bypass mode);
-    - :meth:`around_advantage` is a context manager around verl's advantage computation.
+    - :meth:`around_advantage` is a context manager around verl's advantage computation;
+    - :meth:`replay_buffer_poll_interval_s` sets how often verl's replay buffer looks for a
+      finished batch (verl: every 2.0 s, with no config key, so that each step's generation ends
+      on a 2-second boundary).
     """
+
+    def _build_replay_buffer(self) -> Any:
+        buffer = super()._build_replay_buffer()  # type: ignore[misc]
+        interval = self.replay_buffer_poll_interval_s()
+        if interval is not None:
+            buffer.poll_interval = float(interval)  # what ReplayBuffer._wait_for_next_poll sleeps
+        return buffer
+
+    def replay_buffer_poll_interval_s(self) -> float | None:
+        """Seconds between the replay buffer's looks for a finished batch; None keeps verl's."""
+        return None
 
     def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
         batch = super()._compute_old_log_prob(batch, metrics)  # type: ignore[misc]

@@ -139,6 +139,9 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     def _cross_policy(self) -> CrossPolicyConfig:
         return agentrl_config(self.config).cross_policy
 
+    def replay_buffer_poll_interval_s(self) -> float | None:
+        return agentrl_config(self.config).replay_poll_interval_s
+
     def get_llm_client(self) -> Any:
         cross = self._cross_policy
         if self.stale_pool is None:

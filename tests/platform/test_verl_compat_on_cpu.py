@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import time
 
 import pytest
 
@@ -202,6 +203,43 @@ def test_replica_server_fields_feed_verls_public_properties_on_cpu():
     verl_compat.set_replica_server(replica, handle, "hf-rollout://x")
     assert replica.server_handle is handle
     assert replica.server_address == "hf-rollout://x"
+
+
+def test_replay_buffer_poll_interval_reaches_verls_wait_on_cpu(monkeypatch):
+    """verl's ``PPOTrainer._build_replay_buffer()`` returns the buffer, whose
+    ``_wait_for_next_poll`` sleeps ``poll_interval``: the hook's value is what it sleeps."""
+    import inspect
+
+    from verl.trainer.ppo.v1 import replay_buffer
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    assert list(inspect.signature(PPOTrainer._build_replay_buffer).parameters) == ["self"]
+    assert "self.replay_buffer = self._build_replay_buffer()" in inspect.getsource(PPOTrainer.__init__)
+
+    class Buffer:  # verl's own wait on a stand-in for the buffer's state
+        _wait_for_next_poll = replay_buffer.ReplayBuffer._wait_for_next_poll
+
+        def __init__(self) -> None:
+            self.poll_interval = 2.0
+            self.pending_keys = self.running_keys = self.finished_keys = {"p": []}
+
+    class Base:
+        def _build_replay_buffer(self):
+            return Buffer()
+
+    class Trainer(verl_compat.TrainerStepHooks, Base):
+        def replay_buffer_poll_interval_s(self):
+            return 0.05
+
+    slept: list[float] = []
+    monkeypatch.setattr(replay_buffer.time, "sleep", slept.append)
+    Trainer()._build_replay_buffer()._wait_for_next_poll("p", time.time())
+    assert slept == [0.05]
+
+    class Untouched(verl_compat.TrainerStepHooks, Base):
+        pass
+
+    assert Untouched()._build_replay_buffer().poll_interval == 2.0
 
 
 def test_submit_prompts_starts_prompts_through_verls_trainer_on_cpu():

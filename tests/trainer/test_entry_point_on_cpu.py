@@ -86,6 +86,23 @@ def test_cache_dir_default_and_environment_on_cpu(monkeypatch, tmp_path):
     assert AgentRLConfig.from_config({"cache_dir": "/x/y"}).cache_dir == "/x/y"
 
 
+def test_replay_poll_interval_default_and_check_on_cpu():
+    """Our trainer modes poll verl's replay buffer every 0.05 s instead of verl's fixed 2.0 s."""
+    from omegaconf import OmegaConf
+
+    from agentrl_ext.platform import activate
+
+    activate()  # registers our trainer modes with verl, as every entry point does first
+    from agentrl_ext.trainer.agentrl_trainer import AgentRLTrainerHooks
+
+    assert AgentRLConfig.from_config({}).replay_poll_interval_s == 0.05
+    trainer = AgentRLTrainerHooks.__new__(AgentRLTrainerHooks)
+    trainer.config = OmegaConf.create({"agentrl": {"replay_poll_interval_s": 0.2}})
+    assert trainer.replay_buffer_poll_interval_s() == 0.2
+    with pytest.raises(ValueError, match=r"agentrl.replay_poll_interval_s=0.0 must be > 0"):
+        AgentRLConfig.from_config({"replay_poll_interval_s": 0})
+
+
 def test_yaml_recipes_read_no_environment_variables_on_cpu():
     for path in Path(recipes_dir()).rglob("*.yaml"):
         assert "oc.env" not in path.read_text(), f"{path} reads an environment variable"
