@@ -8,6 +8,7 @@ import threading
 
 import pytest
 import torch
+from hf_reference import plain_log_probs
 
 from agentrl_ext.platform.hf_server import HFGenerator, HFRolloutServer, SamplingSpec
 from agentrl_ext.testing.tiny_model import tiny_model_path
@@ -47,14 +48,6 @@ def _run_together(server: HFRolloutServer, requests: list[tuple[list[int], dict]
 
 def _alone(server: HFRolloutServer, prompt: list[int], **params):
     return asyncio.run(_gen(server, prompt, **params))
-
-
-def _independent_log_probs(model, prompt: list[int], response: list[int], temperature: float) -> torch.Tensor:
-    """log_softmax(logits / T) of each response token from one plain forward pass over prompt+response."""
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + response])).logits[0].float()
-    logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / temperature, dim=-1)
-    return logp.gather(1, torch.tensor(response)[:, None])[:, 0]
 
 
 def _assert_same(a, b) -> None:
@@ -105,7 +98,7 @@ def test_batched_log_probs_equal_independent_forward_pass_on_cpu(server):
     outputs = _run_together(server, requests)
     for (prompt, params), out in zip(requests, outputs, strict=True):
         assert len(out.token_ids) == 12
-        expected = _independent_log_probs(server.model, prompt, out.token_ids, params["temperature"])
+        expected = plain_log_probs(server.model, prompt, out.token_ids, params["temperature"])
         diff = (expected - torch.tensor(out.log_probs)).abs().max().item()
         assert diff < TOL, f"batched log-probs differ from a plain forward pass by {diff}"
 

@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 import torch
+from hf_reference import plain_log_probs
 
 from agentrl_ext.platform.hf_server import HFRolloutServer
 from agentrl_ext.testing.tiny_model import tiny_model_path
@@ -30,15 +31,6 @@ def _tokens(n: int, offset: int) -> list[int]:
     return [(13 * i + 7 + offset) % 900 + 10 for i in range(n)]
 
 
-def _plain_log_probs(model, prompt: list[int], response: list[int], temperature: float) -> torch.Tensor:
-    """The reference: log_softmax(logits / T) of each response token from one forward pass over
-    prompt + response, with no cache and no padding."""
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + response])).logits[0].float()
-    logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / temperature, dim=-1)
-    return logp.gather(1, torch.tensor(response)[:, None])[:, 0]
-
-
 def _greedy_reference(model, prompt: list[int], n: int) -> list[int]:
     """n greedy tokens, each from a full forward pass over everything before it (no cache)."""
     ids = list(prompt)
@@ -53,7 +45,7 @@ async def _gen(server: HFRolloutServer, prompt: list[int], request_id: str, **pa
 
 
 def _check_against_reference(server: HFRolloutServer, prompt: list[int], out, temperature: float) -> None:
-    expected = _plain_log_probs(server.model, prompt, list(out.token_ids), temperature)
+    expected = plain_log_probs(server.model, prompt, list(out.token_ids), temperature)
     diff = (expected - torch.tensor(out.log_probs)).abs().max().item()
     assert diff < TOL, f"log-probs differ from a plain forward pass by {diff}"
 
