@@ -147,7 +147,7 @@ def eos_ids_of(model: torch.nn.Module, tokenizer: Any) -> set[int]:
 def prefix_cache_tokens(config: Any) -> int:
     """The prefix cache's size in tokens: 8 prefill budgets (``rollout.max_num_batched_tokens``)
     when ``rollout.enable_prefix_caching`` is on (verl's default), else 0 (off)."""
-    if not getattr(config, "enable_prefix_caching", True):
+    if not config.enable_prefix_caching:
         return 0
     return 8 * int(config.max_num_batched_tokens)
 
