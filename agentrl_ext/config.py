@@ -47,6 +47,17 @@ class AssetsConfig:
     #: build ``data.train_files`` (AgentRL's task mixing) and ``data.val_files`` from the
     #: controller's indices of the run's tasks (``agentrl.envs.tasks``) before training
     build_env_data: bool = False
+    #: how often each task appears in that training data, relative to the others (default 1 each:
+    #: AgentRL's balanced mixing), e.g. {guess: 2}: guess twice as often, spread evenly
+    task_weights: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bad = {task: w for task, w in self.task_weights.items() if not w > 0}
+        if bad:
+            raise ValueError(
+                f"agentrl.assets.task_weights must be > 0, got {bad}; to train without a task, "
+                f"leave it out of the run's tasks"
+            )
 
 
 @dataclass

@@ -7,7 +7,8 @@ messages come from the environment at ``start_sample``).
 
 Mixing (AgentRL): smaller tasks are repeated so that every task appears about as often
 as the largest one, and the task streams are interleaved round-robin, each shuffled
-with a seed.
+with a seed. A task weight (``agentrl.assets.task_weights``, default 1) scales how often a task
+appears: weight 2 puts it in the stream twice as often as the largest task, spread evenly.
 """
 
 from __future__ import annotations
@@ -41,34 +42,53 @@ def sample_row(task: str, index: Any, split: str = "train") -> dict[str, Any]:
 
 
 def mix_tasks(
-    indices_by_task: Mapping[str, Sequence[Any]], seed: int = 0, balance: bool = True
+    indices_by_task: Mapping[str, Sequence[Any]],
+    seed: int = 0,
+    balance: bool = True,
+    weights: Mapping[str, float] | None = None,
 ) -> list[tuple[str, Any]]:
     """AgentRL's mixing: (task, index) pairs, smaller tasks repeated to the largest, round-robin.
 
     Each task's list is shuffled with ``seed``; a task repeated ``k`` times gets a fresh
-    shuffle per repetition. Empty tasks are an error that names them.
+    shuffle per repetition. With ``balance``, a task's stream holds ``weight`` × the largest
+    task's size (weights default to 1), and the streams are interleaved in proportion, each spread
+    evenly (equal weights: plain round-robin). Empty tasks, and weights that are not positive or
+    name no task, are errors that name them.
     """
     empty = sorted(t for t, idx in indices_by_task.items() if len(idx) == 0)
     if empty:
         raise ValueError(f"task(s) {empty} have no sample indices; check their workers' get_indices")
+    weights = dict(weights or {})
+    unknown = sorted(set(weights) - set(indices_by_task))
+    if unknown:
+        raise ValueError(
+            f"task weight(s) for {unknown}, which are not among the run's tasks {sorted(indices_by_task)}"
+        )
+    bad = {t: w for t, w in weights.items() if not w > 0}
+    if bad:
+        raise ValueError(
+            f"task weights must be > 0, got {bad}; leave a task out of the run instead of weight 0"
+        )
     rng = random.Random(seed)
     target = max(len(idx) for idx in indices_by_task.values()) if indices_by_task else 0
     streams: dict[str, list[Any]] = {}
     for task in sorted(indices_by_task):
         pool = list(indices_by_task[task])
         stream: list[Any] = []
-        want = target if balance else len(pool)
+        want = max(1, round(target * weights.get(task, 1.0))) if balance else len(pool)
         while len(stream) < want:
             chunk = pool[:]
             rng.shuffle(chunk)
             stream += chunk[: want - len(stream)]
         streams[task] = stream
-    mixed = []
-    for position in range(target if balance else max((len(s) for s in streams.values()), default=0)):
-        for task, stream in streams.items():
-            if position < len(stream):
-                mixed.append((task, stream[position]))
-    return mixed
+    # balanced: item k of a stream of length L sits at (k + 0.5) / L of the mixed stream; without
+    # balance (each index once): position by position. Ties keep the task order.
+    keyed = [
+        ((k + 0.5) / len(stream) if balance else k, order, task, index)
+        for order, (task, stream) in enumerate(streams.items())
+        for k, index in enumerate(stream)
+    ]
+    return [(task, index) for _, _, task, index in sorted(keyed, key=lambda item: item[:2])]
 
 
 def decode_sample_index(value: Any) -> Any:
@@ -96,10 +116,15 @@ def write_dataset(rows: list[dict[str, Any]], path: str | Path) -> Path:
 
 
 def build_multitask_dataset(
-    indices_by_task: Mapping[str, Sequence[Any]], path: str | Path, seed: int = 0, split: str = "train"
+    indices_by_task: Mapping[str, Sequence[Any]],
+    path: str | Path,
+    seed: int = 0,
+    split: str = "train",
+    weights: Mapping[str, float] | None = None,
 ) -> Path:
-    """Mix and write; returns the parquet path."""
-    mixed = mix_tasks(indices_by_task, seed=seed, balance=(split == "train"))
+    """Mix and write; returns the parquet path (``weights`` apply to the train split only)."""
+    train = split == "train"
+    mixed = mix_tasks(indices_by_task, seed=seed, balance=train, weights=weights if train else None)
     return write_dataset([sample_row(t, i, split) for t, i in mixed], path)
 
 

@@ -81,7 +81,8 @@ def build_env_data(config: DictConfig, controller_url: str, tasks: list[str], se
     from agentrl_ext.data.multitask import build_multitask_dataset, fetch_indices
 
     indices = asyncio.run(fetch_indices(controller_url, tasks))
-    build_multitask_dataset(indices, str(config.data.train_files), seed=seed, split="train")
+    weights = dict(config.agentrl.assets.task_weights)
+    build_multitask_dataset(indices, str(config.data.train_files), seed=seed, split="train", weights=weights)
     build_multitask_dataset(indices, str(config.data.val_files), seed=seed, split="val")
     logger.info(
         "RL data: %s -> %s",

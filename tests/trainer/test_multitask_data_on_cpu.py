@@ -24,6 +24,40 @@ def test_streams_are_interleaved_round_robin_on_cpu():
     assert [t for t, _ in mixed] == ["a", "b"] * 3
 
 
+def test_task_weights_scale_a_task_and_spread_it_evenly_on_cpu():
+    mixed = mix_tasks(
+        {"a": list(range(6)), "b": list(range(3)), "c": list(range(6))}, seed=0, weights={"a": 2.0}
+    )
+    order = [t for t, _ in mixed]
+    assert Counter(order) == {"a": 12, "b": 6, "c": 6}
+    # every window of 4 holds a twice and b and c once each
+    for start in range(0, len(order), 4):
+        assert Counter(order[start : start + 4]) == {"a": 2, "b": 1, "c": 1}
+    assert Counter(i for t, i in mixed if t == "a") == Counter({i: 2 for i in range(6)})
+    # a weight below 1 thins a task out; weights of 1 are the plain round-robin
+    half = mix_tasks({"a": list(range(8)), "b": list(range(8))}, seed=0, weights={"b": 0.5})
+    assert Counter(t for t, _ in half) == {"a": 8, "b": 4}
+    assert mix_tasks({"a": [1, 2], "b": [3, 4]}, seed=2, weights={"a": 1.0}) == mix_tasks(
+        {"a": [1, 2], "b": [3, 4]}, seed=2
+    )
+
+
+@pytest.mark.parametrize(
+    ("weights", "match"),
+    [({"zz": 2.0}, r"\['zz'\].*not among the run's tasks"), ({"a": 0.0}, r"must be > 0.*'a': 0.0")],
+)
+def test_bad_task_weights_are_named_on_cpu(weights, match):
+    with pytest.raises(ValueError, match=match):
+        mix_tasks({"a": [1], "b": [2]}, weights=weights)
+
+
+def test_task_weights_config_must_be_positive_on_cpu():
+    from agentrl_ext.config import AssetsConfig
+
+    with pytest.raises(ValueError, match=r"agentrl.assets.task_weights must be > 0.*guess"):
+        AssetsConfig(task_weights={"guess": -1.0})
+
+
 def test_mixing_is_seeded_on_cpu():
     spec = {"a": list(range(20)), "b": list(range(7))}
     assert mix_tasks(spec, seed=3) == mix_tasks(spec, seed=3)
@@ -53,3 +87,30 @@ def test_val_split_is_not_repeated_on_cpu(tmp_path):
         build_multitask_dataset({"a": [1, 2, 3], "b": [9]}, tmp_path / "v.parquet", split="val")
     )
     assert Counter(frame["data_source"]) == {"a": 3, "b": 1}
+
+
+def test_run_data_stage_applies_the_task_weights_on_cpu(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from agentrl_ext.config import AgentRLConfig
+    from agentrl_ext.data import multitask
+    from agentrl_ext.trainer.job import build_env_data
+
+    async def indices(url, tasks):
+        return {t: list(range(4)) for t in tasks}
+
+    monkeypatch.setattr(multitask, "fetch_indices", indices)
+    agentrl = OmegaConf.structured(AgentRLConfig)
+    agentrl.assets.task_weights = {"guess": 2.0}
+    config = OmegaConf.create(
+        {
+            "agentrl": agentrl,
+            "data": {
+                "train_files": str(tmp_path / "train.parquet"),
+                "val_files": str(tmp_path / "val.parquet"),
+            },
+        }
+    )
+    build_env_data(config, "http://127.0.0.1:1/api", ["guess", "calc"], seed=0)
+    assert Counter(pd.read_parquet(tmp_path / "train.parquet")["data_source"]) == {"guess": 8, "calc": 4}
+    assert Counter(pd.read_parquet(tmp_path / "val.parquet")["data_source"]) == {"guess": 4, "calc": 4}
