@@ -127,4 +127,17 @@ def cpu_preflight(config: DictConfig) -> None:
 
     if cpu_platform_active():
         os.environ.setdefault("VERL_PLATFORM", "cpu")  # inherited by every Ray process
+        os.environ.setdefault("TQ_NUM_THREADS", str(transfer_queue_threads()))
         apply_cpu_defaults(config, explicit_overrides())
+
+
+def transfer_queue_threads() -> int:
+    """Torch threads for TransferQueue's put/get: its default, 8, capped at the physical cores.
+
+    TransferQueue caps ``TQ_NUM_THREADS`` at the physical cores itself, but logs a warning on
+    every put and get when it does (dozens per step on a small machine); setting the cap up front
+    (inherited by every Ray process) keeps its behaviour and drops the noise.
+    """
+    import psutil
+
+    return max(1, min(8, psutil.cpu_count(logical=False) or 1))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from agentrl_ext.config import AgentRLConfig
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
@@ -106,6 +109,32 @@ def test_replay_poll_interval_default_and_check_on_cpu():
 def test_yaml_recipes_read_no_environment_variables_on_cpu():
     for path in Path(recipes_dir()).rglob("*.yaml"):
         assert "oc.env" not in path.read_text(), f"{path} reads an environment variable"
+
+
+def test_transfer_queue_threads_fit_the_machine_on_cpu(monkeypatch, caplog):
+    import psutil
+    from transfer_queue.utils import common
+
+    from agentrl_ext.platform import cpu_defaults
+
+    cores = psutil.cpu_count(logical=False)
+    assert cpu_defaults.transfer_queue_threads() == min(8, cores)
+    for name in ("TQ_NUM_THREADS", "VERL_PLATFORM"):  # restored after the test, set or not
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(cpu_defaults, "apply_cpu_defaults", lambda *a, **k: [])
+    monkeypatch.setattr("agentrl_ext.platform.cpu_platform_active", lambda: True)
+    cpu_defaults.cpu_preflight(OmegaConf.create({}))
+    threads = int(os.environ["TQ_NUM_THREADS"])
+    assert threads <= cores
+    # what TransferQueue does with it: no "should not exceed total physical CPU cores" warning
+    with caplog.at_level(logging.WARNING):
+        with common.limit_pytorch_auto_parallel_threads(threads):
+            pass
+        with common.limit_pytorch_auto_parallel_threads(cores + 1):  # what the default 8 does on 2 cores
+            pass
+    warned = [r for r in caplog.records if "should not exceed" in r.getMessage()]
+    assert len(warned) == 1 and str(cores + 1) in warned[0].getMessage()
 
 
 def test_cpu_defaults_replace_gpu_defaults_only_on_cpu():
