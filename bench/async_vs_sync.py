@@ -5,22 +5,31 @@ Same tiny model, same tasks, same number of trained trajectories: GRPO on two mu
 every tool call takes 50–200 ms, drawn per sample and turn, and an episode lasts 2 to 6 turns
 by sample index, so some groups are slow). Each mode trains ``--steps`` steps of
 ``data.train_batch_size`` prompts × ``rollout.n`` episodes through ``agentrl-train`` (verl's
-trainer, HF rollout, controller and task workers on 127.0.0.1). The async mode runs with a
-buffer of one batch (``agentrl.async_pipeline.buffer_size`` = batch × n), so that each step
-trains exactly one batch, as the sync mode does: the next batch is generated while the current
-one trains.
+trainer, HF rollout, controller and task workers on 127.0.0.1). Three runs, one after the other:
 
-Reported per mode, over the training loop (the sum of verl's ``timing_s/step``; start-up not
+- ``agentrl_sync``;
+- ``agentrl_async`` with a buffer of one batch (``agentrl.async_pipeline.buffer_size`` = batch ×
+  n): each step trains exactly one batch, as the sync mode does, and the next batch is generated
+  while the current one trains (the same number of trajectories as sync);
+- ``agentrl_async_2x``: the async mode with its default buffer, AgentRL's 2 × batch × n: the
+  rollout may run up to two batches ahead and a step trains all complete groups, at least one
+  batch (variable batch: it trains at least as many trajectories in the same steps).
+
+Reported per run, over the training loop (the sum of verl's ``timing_s/step``; start-up not
 counted): trajectories/s, tokens/s (verl's ``perf/total_num_tokens``), where a step's time goes
 (verl's ``timing_s/*`` means), the rollout's and the trainer's idle fractions, and the
-staleness of the trained turns; then the speed-up async / sync. Sync: the rollout idles while
-the trainer updates (idle = 1 − gen/step) and the trainer idles while the rollout generates
-(gen/step). Async: the pipeline's own metrics (``agentrl/async/{rollout,trainer}_idle_frac``).
+staleness of the trained turns; then the speed-up async / sync, over the whole loop and in steady
+state (steps 2..N). **Read the steady-state figure**: the first step is not comparable between the
+modes. verl's first dispatch of prompts to the agent-loop workers costs several seconds once
+(about 8 s here); the sync mode pays it inside its first step (``prepare_step``, outside verl's
+named timers), the async mode in ``on_train_begin``, before the loop is timed. Sync: the rollout idles while the trainer updates (idle = 1 − gen/step) and the
+trainer idles while the rollout generates (gen/step). Async: the pipeline's own metrics
+(``agentrl/async/{rollout,trainer}_idle_frac``).
 
-Usage (about 8 minutes on 2 cores)::
+Usage (about 8 minutes on 2 cores with the defaults: 10 steps of 4 prompts x 4 episodes)::
 
     .venv/bin/python bench/async_vs_sync.py          # table + bench/results/async_vs_sync.json
-    .venv/bin/python bench/async_vs_sync.py --steps 4
+    .venv/bin/python bench/async_vs_sync.py --steps 6
 """
 
 from __future__ import annotations
@@ -87,10 +96,19 @@ WORKERS = [
 ]
 
 
+#: run name -> (trainer mode, async buffer in batches: None = the mode's default, 2 x batch x n)
+RUNS = {
+    "agentrl_sync": ("agentrl_sync", 1),
+    "agentrl_async": ("agentrl_async", 1),
+    "agentrl_async_2x": ("agentrl_async", None),
+}
+
+
 def _train(
-    work: Path, controller_url: str, data: dict[str, Path], mode: str, args: argparse.Namespace
+    work: Path, controller_url: str, data: dict[str, Path], run: str, args: argparse.Namespace
 ) -> dict:
-    metrics_file = work / f"{mode}.jsonl"
+    mode, buffer_batches = RUNS[run]
+    metrics_file = work / f"{run}.jsonl"
     env = dict(os.environ, AGENTRL_CACHE_DIR=str(work / "cache"), VERL_FILE_LOGGER_PATH=str(metrics_file))
     n, batch = args.n, args.batch
     cmd = [
@@ -100,25 +118,34 @@ def _train(
         f"data.train_batch_size={batch}", f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",
         f"actor_rollout_ref.rollout.n={n}", f"trainer.total_training_steps={args.steps}",
         "agentrl.cross_policy.enable=false", f"trainer.v1.trainer_mode={mode}",
-        f"agentrl.async_pipeline.buffer_size={batch * n}",
-        "trainer.logger=[console,file]", f"hydra.run.dir={work / mode / 'hydra'}",
+        f"agentrl.async_pipeline.buffer_size={'null' if buffer_batches is None else buffer_batches * batch * n}",
+        "trainer.logger=[console,file]", f"hydra.run.dir={work / run / 'hydra'}",
     ]  # fmt: skip
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1800, check=False)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(
-            f"{mode} failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+            f"{run} failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         )
     steps = {r["step"]: r["data"] for r in map(json.loads, metrics_file.read_text().splitlines())}
-    return summarize(mode, [steps[s] for s in sorted(steps)], wall)
+    summary = summarize(mode, [steps[s] for s in sorted(steps)], wall)
+    summary["run"] = run
+    summary["async_buffer_size"] = None if mode == "agentrl_sync" else (buffer_batches or 2) * batch * n
+    return summary
+
+
+def _trajectories(step: dict[str, float]) -> float:
+    return step.get("agentrl/async/batch_trajectories") or (
+        step["agentrl/task/slowletters/episodes"] + step["agentrl/task/slowdigits/episodes"]
+    )
 
 
 def summarize(mode: str, steps: list[dict[str, float]], wall_s: float) -> dict[str, Any]:
     loop_s = sum(m["timing_s/step"] for m in steps)
-    trajectories = sum(m.get("agentrl/async/batch_trajectories", 0.0) for m in steps) or sum(
-        m["agentrl/task/slowletters/episodes"] + m["agentrl/task/slowdigits/episodes"] for m in steps
-    )
+    trajectories = sum(_trajectories(m) for m in steps)
+    steady = steps[1:] or steps
+    steady_per_s = sum(_trajectories(m) for m in steady) / sum(m["timing_s/step"] for m in steady)
     tokens = sum(m["perf/total_num_tokens"] for m in steps)
     timing = {
         k.split("/", 1)[1]: sum(m.get(k, 0.0) for m in steps) / len(steps)
@@ -145,6 +172,11 @@ def summarize(mode: str, steps: list[dict[str, float]], wall_s: float) -> dict[s
         "loop_s": loop_s,
         "wall_s_with_startup": wall_s,
         "trajectories_per_s": trajectories / loop_s,
+        "steady_trajectories_per_s": steady_per_s,
+        "step_s": [m["timing_s/step"] for m in steps],
+        "first_step_timing_s": {
+            k.split("/", 1)[1]: v for k, v in steps[0].items() if k.startswith("timing_s/")
+        },
         "tokens_per_s": tokens / loop_s,
         "rollout_idle_frac": rollout_idle,
         "trainer_idle_frac": trainer_idle,
@@ -160,7 +192,7 @@ def _load() -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch", type=int, default=4, help="prompts per step (data.train_batch_size)")
     parser.add_argument("--n", type=int, default=4, help="episodes per prompt (rollout.n)")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -186,21 +218,27 @@ def main() -> None:
                     {t: i[:2] for t, i in indices.items()}, work / "data" / "val.parquet", split="val"
                 ),
             }
-            runs = [_train(work, url, data, mode, args) for mode in ("agentrl_sync", "agentrl_async")]
-    sync, asyn = runs
-    speedup = asyn["trajectories_per_s"] / sync["trajectories_per_s"]
+            runs = [_train(work, url, data, run, args) for run in RUNS]
+    sync = runs[0]
+    for r in runs:
+        r["speedup"] = r["trajectories_per_s"] / sync["trajectories_per_s"]
+        r["steady_speedup"] = r["steady_trajectories_per_s"] / sync["steady_trajectories_per_s"]
     print(
-        f"\n{'mode':<14} {'traj':>5} {'loop s':>7} {'traj/s':>7} {'tok/s':>8} {'rollout idle':>12} {'trainer idle':>12}"
+        f"\n{'run':<17} {'traj':>5} {'loop s':>7} {'traj/s':>7} {'tok/s':>8} {'rollout idle':>12} "
+        f"{'trainer idle':>12} {'speed-up':>8} {'steady traj/s':>13} {'steady speed-up':>15}"
     )
     for r in runs:
         print(
-            f"{r['mode']:<14} {r['trajectories']:>5} {r['loop_s']:>7.1f} {r['trajectories_per_s']:>7.2f} "
-            f"{r['tokens_per_s']:>8.0f} {r['rollout_idle_frac']:>12.2f} {r['trainer_idle_frac']:>12.2f}"
+            f"{r['run']:<17} {r['trajectories']:>5} {r['loop_s']:>7.1f} {r['trajectories_per_s']:>7.2f} "
+            f"{r['tokens_per_s']:>8.0f} {r['rollout_idle_frac']:>12.2f} {r['trainer_idle_frac']:>12.2f} "
+            f"{r['speedup']:>7.2f}x {r['steady_trajectories_per_s']:>13.2f} {r['steady_speedup']:>14.2f}x"
         )
-    print(f"speed-up (async / sync, trajectories/s): {speedup:.2f}x")
-    print("async turn staleness (trained turns per lag):", asyn["turn_staleness"])
+    for r in runs[1:]:
+        print(f"{r['run']} turn staleness (trained turns per lag):", r["turn_staleness"])
     for r in runs:
-        print(f"{r['mode']} mean step time split:", {k: round(v, 2) for k, v in r["timing_s_mean"].items()})
+        print(f"{r['run']} mean step time split:", {k: round(v, 2) for k, v in r["timing_s_mean"].items()})
+        print(f"{r['run']} step times:", [round(t, 2) for t in r["step_s"]])
+        print(f"{r['run']} first step split:", {k: round(v, 2) for k, v in r["first_step_timing_s"].items()})
     result = {
         "bench": "async_vs_sync",
         "settings": {
@@ -209,13 +247,16 @@ def main() -> None:
             "rollout_n": args.n,
             "tool_latency_s": list(LATENCY_S),
             "episode_turns": list(TURNS),
-            "async_buffer_size": args.batch * args.n,
+            "async_buffer_sizes": {r["run"]: r["async_buffer_size"] for r in runs},
             "model": "tiny Qwen2 (agentrl-tiny-model, seed 0)",
         },
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
         "load_before": load_before,
         "load_after": _load(),
-        "speedup_trajectories_per_s": speedup,
+        "speedup_trajectories_per_s": runs[1]["speedup"],
+        "steady_speedup_trajectories_per_s": runs[1]["steady_speedup"],
+        "speedup_default_buffer": runs[2]["speedup"],
+        "steady_speedup_default_buffer": runs[2]["steady_speedup"],
         "runs": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
