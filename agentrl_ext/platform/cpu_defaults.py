@@ -140,4 +140,4 @@ def transfer_queue_threads() -> int:
     """
     import psutil
 
-    return max(1, min(8, psutil.cpu_count(logical=False) or 1))
+    return min(8, psutil.cpu_count(logical=False) or 1)

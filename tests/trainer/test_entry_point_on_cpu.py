@@ -91,8 +91,6 @@ def test_cache_dir_default_and_environment_on_cpu(monkeypatch, tmp_path):
 
 def test_replay_poll_interval_default_and_check_on_cpu():
     """Our trainer modes poll verl's replay buffer every 0.05 s instead of verl's fixed 2.0 s."""
-    from omegaconf import OmegaConf
-
     from agentrl_ext.platform import activate
 
     activate()  # registers our trainer modes with verl, as every entry point does first
