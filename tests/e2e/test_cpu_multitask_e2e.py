@@ -31,8 +31,6 @@ def _command(tmp_path: Path, *extra: str) -> list[str]:
         "agentrl.sft.micro_batch_size=8",
         "agentrl.eval.num_samples=3",
         "trainer.total_training_steps=1", "trainer.save_freq=1",
-        # equal task weights (the recipe gives guess 8): the one batch of 3 prompts holds every task
-        "agentrl.assets.task_weights.guess=1",
         "data.train_batch_size=3", "actor_rollout_ref.actor.ppo_mini_batch_size=3",
         "actor_rollout_ref.rollout.n=2",
         # 3 prompts x 2 episodes: micro-batches that divide the 6 samples
