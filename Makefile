@@ -1,10 +1,13 @@
 # The commands the README names.
-.PHONY: setup train test test-fast lint format
+.PHONY: setup setup-train train test test-fast lint format
 
-setup:            ## create .venv with torch (CPU), verl 0.9.1 and agentrl_ext[train,dev]
+setup:            ## create .venv with torch (CPU), verl 0.9.1 and agentrl_ext with every extra the tests use
 	bash scripts/setup.sh
 
-train: setup      ## the main job: SFT warm start + multi-task AgentRL on CPU, held-out table before/after (cpu_multitask)
+setup-train:      ## the same venv with only what the main job needs (agentrl_ext[train])
+	bash scripts/setup.sh train
+
+train: setup-train ## the main job: SFT warm start + multi-task AgentRL on CPU, held-out table before/after (cpu_multitask)
 	.venv/bin/agentrl-train --config-name cpu_multitask
 
 test:             ## the whole test suite, set-up included

@@ -2,8 +2,19 @@
 # Idempotent set-up of the project venv: torch (CPU build on CPU hosts), verl 0.9.1 and
 # agentrl_ext with its training and dev extras. Re-runs are fast (a stamp records the
 # hash of setup.cfg and setup.py). Override the venv location with AGENTRL_VENV.
+#   scripts/setup.sh          everything: the tests and every task's extras (make test)
+#   scripts/setup.sh train    what the main job needs: the train extra only (make train); the
+#                             benchmark tasks' extras (ALFWorld's engine builds from source) wait
+#                             for a later full set-up
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+PROFILE="${1:-full}"
+case "$PROFILE" in
+  full) EXTRAS="train,dev,webshop,kg,alfworld" ;;
+  train) EXTRAS="train" ;;
+  *) echo "[setup] unknown profile '$PROFILE': use 'train' (the main job) or nothing (everything)" >&2; exit 2 ;;
+esac
 
 VENV="${AGENTRL_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
@@ -16,9 +27,11 @@ fi
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 
-stamp="$VENV/.agentrl-setup-$(cat setup.cfg setup.py | sha256sum | cut -c1-16)"
-if [ -f "$stamp" ] && python -c "import agentrl_ext, verl, torch" 2>/dev/null; then
-  echo "[setup] venv up to date ($VENV)"
+hash="$(cat setup.cfg setup.py | sha256sum | cut -c1-16)"
+stamp="$VENV/.agentrl-setup-$hash-$PROFILE"
+# a full set-up also covers the train profile
+if { [ -f "$stamp" ] || [ -f "$VENV/.agentrl-setup-$hash-full" ]; } && python -c "import agentrl_ext, verl, torch" 2>/dev/null; then
+  echo "[setup] venv up to date ($VENV, $PROFILE)"
   exit 0
 fi
 
@@ -40,11 +53,14 @@ python -m pip install -q "verl[verl-core]==0.9.1"
 # AGENTRL_WHEEL_CACHE moves it, e.g. to a folder a CI keeps between runs) and reused after that.
 WHEELS="${AGENTRL_WHEEL_CACHE:-.cache/wheels}"
 mkdir -p "$WHEELS"
-mapfile -t engine_sources < <(grep -oE '^\s+(jericho|fast-downward-textworld)==[^ ]+' setup.cfg | tr -d ' ')
-echo "[setup] wheels of ${engine_sources[*]} (cache: $WHEELS)"
-python -m pip wheel -q --no-deps --find-links "$WHEELS" --wheel-dir "$WHEELS" "${engine_sources[@]}"
-echo "[setup] installing agentrl_ext[train,dev,webshop,kg,alfworld]"
-python -m pip install -q --find-links "$WHEELS" -e ".[train,dev,webshop,kg,alfworld]"
-rm -f "$VENV"/.agentrl-setup-*
+if [ "$PROFILE" = full ]; then
+  mapfile -t engine_sources < <(grep -oE '^\s+(jericho|fast-downward-textworld)==[^ ]+' setup.cfg | tr -d ' ')
+  echo "[setup] wheels of ${engine_sources[*]} (cache: $WHEELS)"
+  python -m pip wheel -q --no-deps --find-links "$WHEELS" --wheel-dir "$WHEELS" "${engine_sources[@]}"
+fi
+echo "[setup] installing agentrl_ext[$EXTRAS]"
+python -m pip install -q --find-links "$WHEELS" -e ".[$EXTRAS]"
+# a train stamp stays valid next to a full one; a new full set-up replaces both
+if [ "$PROFILE" = full ]; then rm -f "$VENV"/.agentrl-setup-*; else rm -f "$VENV"/.agentrl-setup-*-train; fi
 touch "$stamp"
 echo "[setup] done in $(( $(date +%s) - start ))s; venv size $(du -sh "$VENV" | cut -f1)"
