@@ -40,8 +40,11 @@ def test_async_pipeline_trains_resumes_and_survives_a_killed_worker_on_cpu(tmp_p
         assert first.returncode == 0, first.stdout[-6000:]
         assert sorted(steps) == [1, 2]
         for m in steps.values():
-            for task in ("letters", "digits"):
-                assert m[f"agentrl/task/{task}/episodes"] > 0
+            # a step trains the groups that finished first (in dispatch order among them), so one
+            # step may hold a single task; across the run both are trained (checked after resume)
+            present = [t for t in ("letters", "digits") if m.get(f"agentrl/task/{t}/episodes", 0) > 0]
+            assert present, sorted(k for k in m if k.startswith("agentrl/task/"))
+            for task in present:
                 assert f"agentrl/task/{task}/adv_std_after" in m
             # variable batch: at least one batch of 4 groups, whole mini-batches of 4, at most the buffer (8)
             assert m["agentrl/async/batch_groups"] in (4, 8)
@@ -87,6 +90,8 @@ def test_async_pipeline_trains_resumes_and_survives_a_killed_worker_on_cpu(tmp_p
         )
     assert second.returncode == 0, second.stdout[-6000:]
     assert sorted(resumed) == [3, 4]  # continues after the checkpoint of step 2
+    for task in ("letters", "digits"):  # per-task metrics for both tasks over the four steps
+        assert any(m.get(f"agentrl/task/{task}/episodes", 0) > 0 for m in {**steps, **resumed}.values()), task
     assert "Restored" in second.stdout and "training prompt groups from TransferQueue" in second.stdout
     assert sum(m["agentrl/env/failed_episodes"] for m in resumed.values()) > 0  # the killed worker's episodes
     print(
