@@ -195,21 +195,53 @@ def render_table(report: EvalReport) -> str:
     return text
 
 
+def change_interval(before: TaskSummary, after: TaskSummary, z: float = 1.96) -> float:
+    """Half-width of the 95% interval of ``after.success_rate - before.success_rate``, in rate
+    units: the normal approximation for two independent binomial proportions,
+    ``z * sqrt(p0 (1 - p0) / n0 + p1 (1 - p1) / n1)``. NaN when either has no episodes."""
+    if not before.episodes or not after.episodes:
+        return math.nan
+    p0, p1 = before.success_rate, after.success_rate
+    return z * math.sqrt(p0 * (1 - p0) / before.episodes + p1 * (1 - p1) / after.episodes)
+
+
+def _caption(reports: Sequence[EvalReport]) -> str:
+    """How each evaluation sampled: episodes per task and temperature (greedy at 0)."""
+    parts = []
+    for i, r in enumerate(reports):
+        episodes = sorted({s.episodes for s in r.summary.values()})
+        temperature = r.settings.get("temperature")
+        sampling = (
+            ""
+            if temperature is None
+            else ", greedy"
+            if float(temperature) == 0
+            else f", temperature {temperature:g}"
+        )
+        count = "/".join(str(n) for n in episodes)
+        parts.append(f"{r.label or f'#{i}'}: {count} episodes per task{sampling}")
+    return "; ".join(parts)
+
+
 def render_comparison(reports: Sequence[EvalReport]) -> str:
-    """Success rate per task side by side (e.g. before and after RL), with the change from the first."""
+    """Success rate per task side by side (e.g. before and after RL), with the change from the
+    first and its 95% interval (:func:`change_interval`); a caption says how each was sampled."""
     if not reports:
         raise ValueError("render_comparison needs at least one evaluation report")
     tasks = list(dict.fromkeys(t for r in reports for t in r.summary))
     labels = [r.label or f"#{i}" for i, r in enumerate(reports)]
     header = ["task", *(f"{label} success" for label in labels)]
     if len(reports) > 1:
-        header.append("change")
+        header += ["change", "95% interval"]
     rows = []
     for task in tasks:
         rates = [r.summary[task].success_rate if task in r.summary else math.nan for r in reports]
         row = [task, *(_percent(x) for x in rates)]
         if len(reports) > 1:
             change = rates[-1] - rates[0]
+            first, last = reports[0].summary.get(task), reports[-1].summary.get(task)
+            interval = change_interval(first, last) if first and last else math.nan
             row.append("-" if math.isnan(change) else f"{100 * change:+.1f} pts")
+            row.append("-" if math.isnan(interval) else f"±{100 * interval:.1f} pts")
         rows.append(row)
-    return _table(header, rows)
+    return _table(header, rows) + "\n" + _caption(reports)

@@ -7,7 +7,10 @@ Two steps, both usable alone:
   the layout of verl's ``MultiTurnSFTDataset`` (``messages``: the whole OpenAI conversation,
   ``tools``: the task's tool schemas). One file per task because parquet gives a column one
   schema: tools of different tasks in one file would be merged into a single struct, and every
-  tool would then render with the other tasks' parameters as ``null``.
+  tool would then render with the other tasks' parameters as ``null``. Within one task the same
+  merge happens between its tools (calc's ``calculator`` and ``answer`` take different
+  arguments), so each row also carries its schemas as JSON text (``tools_json``), which
+  :class:`agentrl_ext.trainer.sft_dataset.ExpertSFTDataset` renders instead.
 - :func:`run_sft` runs ``verl.trainer.sft_trainer`` (verl's own trainer, FSDP2 engine) under
   ``torch.distributed.run`` in a child process and returns the Hugging Face weights it saved.
   On the CPU platform the child gets gloo collectives, fp32 and SDPA attention (flash attention
@@ -21,6 +24,7 @@ Two steps, both usable alone:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -34,6 +38,9 @@ from typing import Any
 from agentrl_ext.config import SFTConfig
 
 logger = logging.getLogger(__name__)
+
+#: the column holding each row's tool schemas as JSON text (read by ``sft_dataset.ExpertSFTDataset``)
+TOOLS_JSON_COLUMN = "tools_json"
 
 #: a tqdm progress update (``12/60 [00:10<00:40, 1.2it/s]``)
 PROGRESS = re.compile(rb"\d+/\d+ \[[^\]]*(?:it/s|s/it)\]")
@@ -92,7 +99,14 @@ def expert_rows(controller_url: str, task: str, count: int, concurrency: int = 1
             len(episodes) - len(won),
             len(episodes),
         )
-    return [{"messages": _clean(e.messages), "tools": _clean(e.tools)} for e in won]
+    return [
+        {
+            "messages": _clean(e.messages),
+            "tools": _clean(e.tools),
+            TOOLS_JSON_COLUMN: json.dumps(_clean(e.tools)),
+        }
+        for e in won
+    ]
 
 
 def write_expert_dataset(
@@ -129,6 +143,9 @@ def sft_command(
         f"data.micro_batch_size_per_gpu={sft.micro_batch_size}",
         f"data.max_length={sft.max_length}",
         "data.pad_mode=no_padding",
+        # the exact tool schemas of each row (tools_json), not parquet's merged struct
+        "data.custom_cls.path=pkg://agentrl_ext.trainer.sft_dataset",
+        "data.custom_cls.name=ExpertSFTDataset",
         "data.truncation=error",
         f"optim.lr={sft.lr}",
         f"optim.lr_warmup_steps={sft.warmup_steps}",

@@ -145,7 +145,11 @@ def test_cli_endpoint_model_results_and_table_on_cpu(controller, fake_openai, tm
     worse = EvalReport.from_dict({**data, "label": "worse"})
     worse.summary["guess_test"].success_rate = 0.25
     comparison = render_comparison([worse, report])
-    assert re.search(r"guess_test\s+25\.0%\s+100\.0%\s+\+75\.0 pts", comparison), comparison
+    # 95% interval of the change: 1.96 * sqrt(0.25 * 0.75 / 40 + 1.0 * 0.0 / 40) = 0.134
+    assert re.search(r"guess_test\s+25\.0%\s+100\.0%\s+\+75\.0 pts\s+±13\.4 pts", comparison), comparison
+    temperature = data["settings"]["temperature"]
+    sampling = "greedy" if temperature == 0 else f"temperature {temperature:g}"
+    assert f"worse: 40 episodes per task, {sampling}; fake: 40 episodes per task, {sampling}" in comparison
     # the held-out worker's name becomes the task's (what the main job's tables and plots show)
     report.rename_tasks({"guess_test": "guess"})
     assert list(report.summary) == ["guess", "calc_test"] and report.settings["tasks"] == [

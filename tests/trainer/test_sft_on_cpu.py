@@ -94,6 +94,38 @@ def test_verl_sft_dataset_trains_exactly_the_assistant_turns_on_cpu(sft_files):
     assert trained == expected
 
 
+def test_calc_warm_start_renders_the_schemas_the_worker_advertises_on_cpu(sft_files):
+    """calc's tools take different arguments, and parquet reads its ``tools`` column back as one
+    merged struct (``calculator`` gains ``value: null``). The warm start must render the prompt
+    RL and evaluation render: the task's own schemas."""
+    from agentrl_ext.envs.calc.task import TOOLS  # what the calc worker advertises
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    from agentrl_ext.trainer.sft_dataset import ExpertSFTDataset
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    config = OmegaConf.create({"max_length": 1024, "truncation": "error", "pad_mode": "no_padding"})
+    row = pd.read_parquet(sft_files["calc"]).iloc[0]
+    opening = {"role": "user", "content": row["messages"][0]["content"]}
+    expected = tokenizer.apply_chat_template(
+        [opening], tools=TOOLS, add_generation_prompt=True, tokenize=False
+    )
+    assert '"value": null' not in expected
+
+    def prompt_of(dataset) -> str:
+        text = tokenizer.decode(dataset[0]["input_ids"].tolist())
+        return text[: len(expected)]
+
+    ours = ExpertSFTDataset(str(sft_files["calc"]), tokenizer, config)
+    assert ours.tools[0] == TOOLS
+    assert prompt_of(ours) == expected
+    # what the class is for: verl's own dataset renders parquet's merged schema
+    plain = MultiTurnSFTDataset(str(sft_files["calc"]), tokenizer, config)
+    assert '"value": null' in prompt_of(plain)
+
+
 def test_sft_command_on_cpu(tmp_path):
     sft = SFTConfig(steps=7, batch_size=4, micro_batch_size=2, lr=1e-3, overrides=["optim.weight_decay=0.0"])
     argv = sft_command(
@@ -108,6 +140,9 @@ def test_sft_command_on_cpu(tmp_path):
     ):
         assert expected in argv
     assert set(CPU_SFT_OVERRIDES) <= set(argv)
+    # verl loads our dataset class (the exact tool schemas) by module and name
+    assert "data.custom_cls.path=pkg://agentrl_ext.trainer.sft_dataset" in argv
+    assert "data.custom_cls.name=ExpertSFTDataset" in argv
     assert argv[-1] == "optim.weight_decay=0.0"  # the user's overrides win
     gpu = sft_command(tmp_path / "model", [tmp_path / "a.parquet"], tmp_path / "out", sft, cpu=False)
     assert not set(CPU_SFT_OVERRIDES) & set(gpu)

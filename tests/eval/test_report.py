@@ -1,0 +1,51 @@
+"""The comparison table's uncertainty: the 95% interval of a change in success rate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agentrl_ext.eval.report import EpisodeRecord, EvalReport, TaskSummary, change_interval, render_comparison
+
+
+def _summary(successes: int, episodes: int) -> TaskSummary:
+    rate = successes / episodes if episodes else 0.0
+    return TaskSummary(episodes, rate, rate, 1.0, 0, {}, 1.0)
+
+
+def test_change_interval_matches_the_two_proportion_normal_approximation():
+    # 30/100 -> 50/200: 1.96 * sqrt(0.3*0.7/100 + 0.5*0.5/200) = 1.96 * sqrt(0.0021 + 0.00125)
+    assert change_interval(_summary(30, 100), _summary(100, 200)) == pytest.approx(0.113443, abs=1e-6)
+    # nothing varies at 0% or 100%: no width
+    assert change_interval(_summary(0, 50), _summary(50, 50)) == 0.0
+    assert math.isnan(change_interval(_summary(0, 0), _summary(3, 10)))
+
+
+def _report(label: str, successes: list[bool], temperature: float) -> EvalReport:
+    records = [EpisodeRecord("guess", i, 0, float(s), s, 3, "completed") for i, s in enumerate(successes)]
+    return EvalReport.build(label, {"temperature": temperature}, records, {"guess": 1.0})
+
+
+def test_comparison_shows_change_interval_and_sampling():
+    before = _report("before_rl", [True] * 30 + [False] * 70, 0.7)
+    after = _report("after_rl", [True] * 50 + [False] * 50, 0.7)
+    table = render_comparison([before, after])
+    lines = table.splitlines()
+    assert lines[0].split() == [
+        "task",
+        "before_rl",
+        "success",
+        "after_rl",
+        "success",
+        "change",
+        "95%",
+        "interval",
+    ]
+    # 1.96 * sqrt(0.3*0.7/100 + 0.5*0.5/100) = 0.1329
+    assert lines[2].split() == ["guess", "30.0%", "50.0%", "+20.0", "pts", "±13.3", "pts"]
+    assert lines[3] == (
+        "before_rl: 100 episodes per task, temperature 0.7; after_rl: 100 episodes per task, temperature 0.7"
+    )
+    greedy = render_comparison([_report("sft", [True, False], 0.0)])
+    assert greedy.splitlines()[-1] == "sft: 2 episodes per task, greedy"
