@@ -14,7 +14,7 @@ A run folder holds what a training run writes:
 Written (in ``RUN_DIR/plots`` unless told otherwise): ``success.png`` and ``reward.png``, one
 panel per task, training value per step (thin) with its moving average (thick) and the
 validation points; ``eval_success.png``, the success rate per task of each evaluation as
-grouped bars. Matplotlib draws without pyplot (no global backend, Agg for PNG).
+grouped bars with the 95% interval of each rate. Matplotlib draws without pyplot (no global backend, Agg for PNG).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl_ext.eval.report import EvalReport
+from agentrl_ext.eval.report import EvalReport, rate_interval
 
 logger = logging.getLogger(__name__)
 
@@ -183,11 +183,18 @@ def plot_curves(curves: Curves, kind: str, path: Path, smooth: int = 5) -> Path 
 
 
 def plot_eval_reports(reports: Sequence[EvalReport], path: Path) -> Path | None:
-    """Grouped bars: success rate per task of each evaluation (e.g. before and after RL)."""
-    from matplotlib.figure import Figure
-
+    """Grouped bars: success rate per task of each evaluation (e.g. before and after RL), with
+    the 95% interval of each rate (:func:`agentrl_ext.eval.report.rate_interval`) as error bars."""
     if not reports:
         return None
+    eval_figure(reports).savefig(path, dpi=110)
+    return path
+
+
+def eval_figure(reports: Sequence[EvalReport]) -> Any:
+    """The figure of :func:`plot_eval_reports` (a matplotlib ``Figure``)."""
+    from matplotlib.figure import Figure
+
     tasks = list(dict.fromkeys(t for r in reports for t in r.summary))
     width = 0.8 / len(reports)
     fig = Figure(
@@ -197,7 +204,10 @@ def plot_eval_reports(reports: Sequence[EvalReport], path: Path) -> Path | None:
     for i, report in enumerate(reports):
         xs = [t + (i - (len(reports) - 1) / 2) * width for t in range(len(tasks))]
         ys = [100 * report.summary[t].success_rate if t in report.summary else 0.0 for t in tasks]
-        bars = ax.bar(xs, ys, width * 0.95, label=report.label or f"evaluation {i + 1}")
+        errors = [100 * rate_interval(report.summary[t]) if t in report.summary else 0.0 for t in tasks]
+        bars = ax.bar(
+            xs, ys, width * 0.95, yerr=errors, capsize=3, label=report.label or f"evaluation {i + 1}"
+        )
         ax.bar_label(
             bars,
             labels=[f"{y:.0f}" if t in report.summary else "" for y, t in zip(ys, tasks, strict=True)],
@@ -209,8 +219,7 @@ def plot_eval_reports(reports: Sequence[EvalReport], path: Path) -> Path | None:
     ax.set_title("held-out success per task")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
 def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, smooth: int = 5) -> list[Path]:

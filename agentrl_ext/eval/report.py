@@ -195,14 +195,20 @@ def render_table(report: EvalReport) -> str:
     return text
 
 
+def rate_interval(summary: TaskSummary, z: float = 1.96) -> float:
+    """Half-width of the 95% interval of ``summary.success_rate``, in rate units: the normal
+    approximation for a binomial proportion, ``z * sqrt(p (1 - p) / n)``. NaN without episodes."""
+    if not summary.episodes:
+        return math.nan
+    p = summary.success_rate
+    return z * math.sqrt(p * (1 - p) / summary.episodes)
+
+
 def change_interval(before: TaskSummary, after: TaskSummary, z: float = 1.96) -> float:
     """Half-width of the 95% interval of ``after.success_rate - before.success_rate``, in rate
     units: the normal approximation for two independent binomial proportions,
     ``z * sqrt(p0 (1 - p0) / n0 + p1 (1 - p1) / n1)``. NaN when either has no episodes."""
-    if not before.episodes or not after.episodes:
-        return math.nan
-    p0, p1 = before.success_rate, after.success_rate
-    return z * math.sqrt(p0 * (1 - p0) / before.episodes + p1 * (1 - p1) / after.episodes)
+    return math.hypot(rate_interval(before, z), rate_interval(after, z))
 
 
 def _caption(reports: Sequence[EvalReport]) -> str:

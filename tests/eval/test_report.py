@@ -1,4 +1,4 @@
-"""The comparison table's uncertainty: the 95% interval of a change in success rate."""
+"""The evaluation's uncertainty: 95% intervals of a success rate and of a change, in the table and the bars."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from agentrl_ext.eval.report import EpisodeRecord, EvalReport, TaskSummary, change_interval, render_comparison
+from agentrl_ext.eval.plots import eval_figure
+from agentrl_ext.eval.report import (
+    EpisodeRecord,
+    EvalReport,
+    TaskSummary,
+    change_interval,
+    rate_interval,
+    render_comparison,
+)
 
 
 def _summary(successes: int, episodes: int) -> TaskSummary:
@@ -49,3 +57,26 @@ def test_comparison_shows_change_interval_and_sampling():
     )
     greedy = render_comparison([_report("sft", [True, False], 0.0)])
     assert greedy.splitlines()[-1] == "sft: 2 episodes per task, greedy"
+
+
+def test_rate_interval_is_the_binomial_normal_approximation():
+    # 1.96 * sqrt(0.3 * 0.7 / 100) = 1.96 * 0.0458258 = 0.0898185
+    assert rate_interval(_summary(30, 100)) == pytest.approx(0.0898185, abs=1e-6)
+    assert rate_interval(_summary(0, 40)) == 0.0
+    assert math.isnan(rate_interval(_summary(0, 0)))
+
+
+def test_eval_bars_carry_the_rate_intervals():
+    before = _report("before_rl", [True] * 30 + [False] * 70, 0.7)
+    after = _report("after_rl", [True] * 50 + [False] * 50, 0.7)
+    ax = eval_figure([before, after]).axes[0]
+    # one error bar per bar, spanning rate ± 1.96 * sqrt(p (1 - p) / n), in percent
+    spans = []
+    for container in ax.containers:
+        if type(container).__name__ == "ErrorbarContainer":
+            _line, _caps, (lines,) = container.lines
+            spans += [(float(seg[0][1]), float(seg[1][1])) for seg in lines.get_segments()]
+    # 1.96 * sqrt(0.3 * 0.7 / 100) = 8.98185; 1.96 * sqrt(0.25 / 100) = 9.8
+    assert len(spans) == 2
+    assert spans[0] == pytest.approx((30 - 8.98185, 30 + 8.98185), abs=1e-4)
+    assert spans[1] == pytest.approx((50 - 9.8, 50 + 9.8), abs=1e-4)
