@@ -35,6 +35,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._add_prompts_to_generate"),
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._build_replay_buffer"),
     ("verl.trainer.ppo.v1.replay_buffer", "ReplayBuffer._wait_for_next_poll"),
+    ("verl.utils.dataset.multiturn_sft_dataset", "MultiTurnSFTDataset._read_files_and_process"),
 )
 
 #: verl private instance attributes we set (checked through verl's public accessors).
@@ -320,6 +321,31 @@ def register_agent_loop_by_path(name: str, module: str, qualname: str) -> None:
 
     stand_in = type(qualname.rsplit(".", 1)[-1], (), {"__module__": module, "__qualname__": qualname})
     register(name)(stand_in)
+
+
+def sft_dataset_with_tools_from(column: str, name: str, module: str) -> type:
+    """verl's ``MultiTurnSFTDataset``, rendering each row's tools from the JSON text in ``column``
+    (when the files have it) instead of the ``tools`` struct column; named ``module.name`` so that
+    verl's ``data.custom_cls`` can load it.
+
+    ``MultiTurnSFTDataset._read_files_and_process`` reads the parquet files into ``self.dataframe``
+    and each row's tools into ``self.tools``, which ``__getitem__`` renders; the subclass replaces
+    ``self.tools`` after it.
+    """
+    import json
+
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    def _read_files_and_process(self: Any) -> None:
+        MultiTurnSFTDataset._read_files_and_process(self)
+        if column in self.dataframe.columns:
+            self.tools = [json.loads(text) for text in self.dataframe[column].tolist()]
+
+    return type(
+        name,
+        (MultiTurnSFTDataset,),
+        {"_read_files_and_process": _read_files_and_process, "__module__": module, "__qualname__": name},
+    )
 
 
 def set_replica_server(replica: Any, handle: Any, address: str) -> None:

@@ -13,19 +13,10 @@ without ``tools_json`` are read exactly as verl reads them.
 
 from __future__ import annotations
 
-import json
-
-from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
-
+from agentrl_ext.platform.verl_compat import sft_dataset_with_tools_from
 from agentrl_ext.trainer.sft import TOOLS_JSON_COLUMN
 
 __all__ = ["ExpertSFTDataset"]
 
-
-class ExpertSFTDataset(MultiTurnSFTDataset):
-    """:class:`MultiTurnSFTDataset` that takes each row's tools from ``tools_json`` when present."""
-
-    def _read_files_and_process(self) -> None:
-        super()._read_files_and_process()
-        if TOOLS_JSON_COLUMN in self.dataframe.columns:
-            self.tools = [json.loads(text) for text in self.dataframe[TOOLS_JSON_COLUMN].tolist()]
+#: :class:`MultiTurnSFTDataset` that takes each row's tools from ``tools_json`` when present
+ExpertSFTDataset = sft_dataset_with_tools_from(TOOLS_JSON_COLUMN, "ExpertSFTDataset", __name__)

@@ -269,3 +269,40 @@ def test_submit_prompts_starts_prompts_through_verls_trainer_on_cpu():
     assert verl_compat.submit_prompts(trainer, 3) == 3
     assert trainer.calls == [("fetch", 3), ("submit", 3)]
     assert verl_compat.submit_prompts(trainer, 0) == 0 and len(trainer.calls) == 2
+
+
+def test_sft_dataset_takes_tools_from_the_json_column_on_cpu(tmp_path):
+    import inspect
+    import json
+
+    import pandas as pd
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    from agentrl_ext.testing.tiny_model import tiny_model_path
+
+    assert list(inspect.signature(MultiTurnSFTDataset._read_files_and_process).parameters) == ["self"]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "a", "parameters": {"properties": {"x": {"type": "string"}}}},
+        },
+        {
+            "type": "function",
+            "function": {"name": "b", "parameters": {"properties": {"y": {"type": "integer"}}}},
+        },
+    ]
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    path = tmp_path / "rows.parquet"
+    pd.DataFrame([{"messages": messages, "tools": tools, "tools_json": json.dumps(tools)}]).to_parquet(path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    config = OmegaConf.create({"max_length": 256, "truncation": "error", "pad_mode": "no_padding"})
+    cls = verl_compat.sft_dataset_with_tools_from("tools_json", "Exact", __name__)
+    assert (cls.__name__, cls.__module__) == ("Exact", __name__)
+    exact = cls(str(path), tokenizer, config)
+    assert exact.tools == [tools]
+    assert '"y": {"type": "integer"}' in tokenizer.decode(exact[0]["input_ids"].tolist())
+    # verl reads the struct column back merged: tool "a" gains "y": null
+    plain = MultiTurnSFTDataset(str(path), tokenizer, config)
+    assert plain.tools[0][0]["function"]["parameters"]["properties"] == {"x": {"type": "string"}, "y": None}
