@@ -1,8 +1,9 @@
 """``scripts/setup.sh``'s profiles: ``train`` (what ``make train`` runs) and the full set-up
 (``make test``), and the stamps that make a re-run a no-op.
 
-The venv here is a stand-in folder whose ``bin/python`` is the interpreter running the tests (it
-imports agentrl_ext, verl and torch), so nothing is installed."""
+The venv here is a stand-in folder whose ``bin/python`` runs the interpreter running the tests (it
+imports agentrl_ext, verl and torch) and refuses ``-m pip``, so nothing is ever installed: a
+script that wrongly decides to install fails with pip's exit code 7 instead."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ REPO = Path(__file__).resolve().parents[2]
 def _stand_in_venv(root: Path) -> Path:
     venv = root / "venv"
     (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(sys.executable)
+    # a script, not a symlink: Python run through a symlink in a folder without pyvenv.cfg is the
+    # base interpreter (no agentrl_ext, verl or torch), and the script would then install into it
+    python = venv / "bin" / "python"
+    python.write_text(
+        f'#!/bin/sh\nif [ "$2" = pip ]; then echo "pip $*"; exit 7; fi\nexec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
     (venv / "bin" / "activate").write_text(f'export PATH="{venv / "bin"}:$PATH"\n')
     return venv
 
@@ -61,12 +68,7 @@ def test_a_train_set_up_does_not_cover_the_full_one(tmp_path):
     (venv / f".agentrl-setup-{_hash()}-train").touch()
     done = _setup(venv, "train")
     assert "venv up to date" in done.stdout, done.stdout + done.stderr
-    # the full profile would install: stop it at its first pip call by hiding pip from the script
-    (venv / "bin" / "python").unlink()
-    (venv / "bin" / "python").write_text(
-        f'#!/bin/sh\nif [ "$2" = pip ]; then echo "pip $*"; exit 7; fi\nexec {sys.executable} "$@"\n'
-    )
-    (venv / "bin" / "python").chmod(0o755)
+    # the full profile would install: the stand-in stops it at its first pip call
     done = _setup(venv)
     assert "venv up to date" not in done.stdout
     assert done.returncode == 7, done.stdout + done.stderr
