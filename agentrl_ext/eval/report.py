@@ -217,13 +217,9 @@ def _caption(reports: Sequence[EvalReport]) -> str:
     for i, r in enumerate(reports):
         episodes = sorted({s.episodes for s in r.summary.values()})
         temperature = r.settings.get("temperature")
-        sampling = (
-            ""
-            if temperature is None
-            else ", greedy"
-            if float(temperature) == 0
-            else f", temperature {temperature:g}"
-        )
+        sampling = ""
+        if temperature is not None:
+            sampling = ", greedy" if float(temperature) == 0 else f", temperature {temperature:g}"
         count = "/".join(str(n) for n in episodes)
         parts.append(f"{r.label or f'#{i}'}: {count} episodes per task{sampling}")
     return "; ".join(parts)
@@ -246,7 +242,7 @@ def render_comparison(reports: Sequence[EvalReport]) -> str:
         if len(reports) > 1:
             change = rates[-1] - rates[0]
             first, last = reports[0].summary.get(task), reports[-1].summary.get(task)
-            interval = change_interval(first, last) if first and last else math.nan
+            interval = change_interval(first, last) if first is not None and last is not None else math.nan
             row.append("-" if math.isnan(change) else f"{100 * change:+.1f} pts")
             row.append("-" if math.isnan(interval) else f"±{100 * interval:.1f} pts")
         rows.append(row)

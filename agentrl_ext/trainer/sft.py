@@ -99,14 +99,13 @@ def expert_rows(controller_url: str, task: str, count: int, concurrency: int = 1
             len(episodes) - len(won),
             len(episodes),
         )
-    return [
-        {
-            "messages": _clean(e.messages),
-            "tools": _clean(e.tools),
-            TOOLS_JSON_COLUMN: json.dumps(_clean(e.tools)),
-        }
-        for e in won
-    ]
+    return [_row(e.messages, e.tools) for e in won]
+
+
+def _row(messages: Any, tools: Any) -> dict[str, Any]:
+    """One SFT row: the conversation, the tool schemas, and the same schemas as JSON text."""
+    tools = _clean(tools)
+    return {"messages": _clean(messages), "tools": tools, TOOLS_JSON_COLUMN: json.dumps(tools)}
 
 
 def write_expert_dataset(
