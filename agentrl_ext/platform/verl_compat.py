@@ -336,16 +336,15 @@ def sft_dataset_with_tools_from(column: str, name: str, module: str) -> type:
 
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
-    def _read_files_and_process(self: Any) -> None:
-        MultiTurnSFTDataset._read_files_and_process(self)
-        if column in self.dataframe.columns:
-            self.tools = [json.loads(text) for text in self.dataframe[column].tolist()]
+    class Dataset(MultiTurnSFTDataset):
+        def _read_files_and_process(self) -> None:
+            super()._read_files_and_process()
+            if column in self.dataframe.columns:
+                self.tools = [json.loads(text) for text in self.dataframe[column].tolist()]
 
-    return type(
-        name,
-        (MultiTurnSFTDataset,),
-        {"_read_files_and_process": _read_files_and_process, "__module__": module, "__qualname__": name},
-    )
+    Dataset.__name__ = Dataset.__qualname__ = name
+    Dataset.__module__ = module
+    return Dataset
 
 
 def set_replica_server(replica: Any, handle: Any, address: str) -> None:
