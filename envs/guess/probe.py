@@ -1,0 +1,171 @@
+"""What a checkpoint guesses at the deciding node of each secret (a diagnostic for ``guess``).
+
+For every secret the expert's binary search is played up to the node where its next guess is
+the secret; the checkpoint then samples its next turn there, ``samples`` times. The table shows,
+per secret, the expert's guesses, the depth and the checkpoint's guesses by count (``bad``: no
+parsable ``guess`` call). A policy that solves depth 3 but not depth 4 shows it at once, and
+two checkpoints side by side show which nodes RL moved (see the README's runs K4 and D1).
+
+    python -m agentrl_ext.envs.guess.probe CHECKPOINT [--samples 32] [--temperature 0.7] [--out probe.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .expert import expert_action
+from .task import TOOLS, GuessTask, feedback, opening
+
+#: ``messages`` (the conversation up to the node) -> the texts of ``samples`` sampled next turns
+Sampler = Callable[[list[dict[str, Any]]], list[str]]
+BAD = "bad"
+
+
+def deciding_node(secret: int, high: int, max_turns: int) -> tuple[list[dict[str, Any]], list[int]]:
+    """The conversation up to the expert's guess of ``secret``, and all the expert's guesses."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": opening(high, max_turns)}]
+    guesses: list[int] = []
+    while True:
+        action = expert_action(messages)
+        number = int(json.loads(action["tool_calls"][0]["function"]["arguments"])["number"])
+        guesses.append(number)
+        if number == secret or len(guesses) > high:
+            return messages, guesses
+        messages = [
+            *messages,
+            action,
+            {
+                "role": "tool",
+                "tool_call_id": action["tool_calls"][0]["id"],
+                "content": feedback(number, secret),
+            },
+        ]
+
+
+def guessed_number(text: str) -> int | str:
+    """The ``number`` of the first ``guess`` call in a sampled turn, or :data:`BAD`."""
+    from agentrl_ext.rollout.transcript import parse_hermes_tool_calls
+
+    _content, calls = parse_hermes_tool_calls(text)
+    if not calls or calls[0]["function"]["name"] != "guess":
+        return BAD
+    try:
+        value = json.loads(calls[0]["function"]["arguments"])["number"]
+        return int(value) if not isinstance(value, bool) else BAD
+    except (TypeError, ValueError, KeyError, json.JSONDecodeError):
+        return BAD
+
+
+def probe(sample: Sampler, high: int = 16, max_turns: int = 6) -> list[dict[str, Any]]:
+    """One row per secret ``1..high``: expert guesses, depth, the sampled guesses, share correct."""
+    rows = []
+    for secret in range(1, high + 1):
+        messages, guesses = deciding_node(secret, high, max_turns)
+        counts = Counter(guessed_number(text) for text in sample(messages))
+        total = sum(counts.values())
+        rows.append(
+            {
+                "secret": secret,
+                "depth": len(guesses),
+                "expert": guesses,
+                "guesses": {str(k): v for k, v in counts.most_common()},
+                "correct": counts.get(secret, 0) / total if total else 0.0,
+            }
+        )
+    return rows
+
+
+def hf_sampler(
+    checkpoint: str | Path, samples: int, temperature: float, max_tokens: int, seed: int
+) -> Sampler:
+    """Samples next turns from a local HF checkpoint with ``generate`` (greedy at temperature 0)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl_ext.rollout.transcript import render
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    generator = torch.Generator().manual_seed(seed)
+
+    def sample(messages: list[dict[str, Any]]) -> list[str]:
+        ids = render(tokenizer, messages, TOOLS, add_generation_prompt=True)
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+        with torch.no_grad():
+            out = model.generate(
+                torch.tensor([ids] * (samples if temperature > 0 else 1)),
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None,
+                top_p=None,
+                top_k=None,
+                max_new_tokens=max_tokens,
+                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+            )
+        texts = [str(tokenizer.decode(row[len(ids) :], skip_special_tokens=True)) for row in out]
+        return texts if temperature > 0 else texts * samples
+
+    return sample
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{'secret':>6}  {'depth':>5}  {'expert guesses':<18}  {'correct':>7}  checkpoint's guesses (count)"
+    ]
+    for row in rows:
+        guesses = ", ".join(f"{k}: {v}" for k, v in row["guesses"].items())
+        expert = " ".join(map(str, row["expert"]))
+        lines.append(
+            f"{row['secret']:>6}  {row['depth']:>5}  {expert:<18}  {row['correct']:>7.0%}  {guesses}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m agentrl_ext.envs.guess.probe", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "checkpoint", help="a local HF checkpoint folder (e.g. RUN/global_step_30/actor/huggingface)"
+    )
+    parser.add_argument("--samples", type=int, default=32, help="next turns sampled per node (default 32)")
+    parser.add_argument(
+        "--temperature", type=float, default=0.7, help="0: greedy (default 0.7, the recipe's)"
+    )
+    parser.add_argument("--max-tokens", type=int, default=32, help="cap on the sampled turn's tokens")
+    parser.add_argument("--high", type=int, default=16, help="the task's range 1..high (default 16)")
+    parser.add_argument(
+        "--max-turns", type=int, default=GuessTask.default_max_turns, help="as the task's opening says"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="JSON rows")
+    args = parser.parse_args(argv)
+    if args.samples < 1 or args.temperature < 0 or args.high < 2:
+        parser.error(
+            f"need --samples >= 1, --temperature >= 0, --high >= 2 (got {args.samples}, {args.temperature}, {args.high})"
+        )
+    if not Path(args.checkpoint).is_dir():
+        parser.error(f"checkpoint {args.checkpoint} is not a folder (a local HF checkpoint)")
+    sampler = hf_sampler(args.checkpoint, args.samples, args.temperature, args.max_tokens, args.seed)
+    rows = probe(sampler, high=args.high, max_turns=args.max_turns)
+    print(format_table(rows))
+    if args.out is not None:
+        args.out.write_text(
+            json.dumps(
+                {
+                    "checkpoint": str(args.checkpoint),
+                    "settings": vars(args) | {"out": str(args.out)},
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
