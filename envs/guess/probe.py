@@ -92,6 +92,12 @@ def hf_sampler(
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     generator = torch.Generator().manual_seed(seed)
+    # the whole distribution, as the rollout samples it (transformers would cut it to the top 50)
+    decoding = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        if temperature > 0
+        else {"do_sample": False}
+    )
 
     def sample(messages: list[dict[str, Any]]) -> list[str]:
         ids = render(tokenizer, messages, TOOLS, add_generation_prompt=True)
@@ -99,10 +105,7 @@ def hf_sampler(
         with torch.no_grad():
             out = model.generate(
                 torch.tensor([ids] * (samples if temperature > 0 else 1)),
-                do_sample=temperature > 0,
-                temperature=temperature if temperature > 0 else None,
-                top_p=None,
-                top_k=None,
+                **decoding,
                 max_new_tokens=max_tokens,
                 pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
             )
