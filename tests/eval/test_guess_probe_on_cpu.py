@@ -1,4 +1,4 @@
-"""``agentrl_ext.envs.guess.probe``: the deciding node of each secret, and what a policy does there."""
+"""``agentrl_ext.eval.guess_probe``: the deciding node of each secret, and what a policy does there."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from agentrl_ext.envs.guess.probe import deciding_node, probe
+from agentrl_ext.eval.guess_probe import deciding_node, probe
 
 
 def binary_search_guesses(secret: int, high: int) -> list[int]:
@@ -60,7 +60,7 @@ def test_probe_cli_on_the_tiny_model_on_cpu(tmp_path):
     from agentrl_ext.testing.tiny_model import tiny_model_path
 
     out = tmp_path / "probe.json"
-    cmd = [sys.executable, "-m", "agentrl_ext.envs.guess.probe", str(tiny_model_path()), "--samples", "3",
+    cmd = [sys.executable, "-m", "agentrl_ext.eval.guess_probe", str(tiny_model_path()), "--samples", "3",
            "--max-tokens", "8", "--high", "4", "--out", str(out)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

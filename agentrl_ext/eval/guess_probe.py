@@ -6,7 +6,7 @@ per secret, the expert's guesses, the depth and the checkpoint's guesses by coun
 parsable ``guess`` call). A policy that solves depth 3 but not depth 4 shows it at once, and
 two checkpoints side by side show which nodes RL moved (see the README's runs K4 and D1).
 
-    python -m agentrl_ext.envs.guess.probe CHECKPOINT [--samples 32] [--temperature 0.7] [--out probe.json]
+    python -m agentrl_ext.eval.guess_probe CHECKPOINT [--samples 32] [--temperature 0.7] [--out probe.json]
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .expert import expert_action
-from .task import TOOLS, GuessTask, feedback, opening
+from agentrl_ext.envs.guess.expert import expert_action
+from agentrl_ext.envs.guess.task import TOOLS, GuessTask, feedback, opening
 
 #: ``messages`` (the conversation up to the node) -> the texts of ``samples`` sampled next turns
 Sampler = Callable[[list[dict[str, Any]]], list[str]]
@@ -130,7 +130,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m agentrl_ext.envs.guess.probe", description=__doc__.splitlines()[0]
+        prog="python -m agentrl_ext.eval.guess_probe", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
         "checkpoint", help="a local HF checkpoint folder (e.g. RUN/global_step_30/actor/huggingface)"
