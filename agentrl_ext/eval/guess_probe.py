@@ -48,16 +48,20 @@ def deciding_node(secret: int, high: int, max_turns: int) -> tuple[list[dict[str
 
 
 def guessed_number(text: str) -> int | str:
-    """The ``number`` of the first ``guess`` call in a sampled turn, or :data:`BAD`."""
+    """The number a sampled turn guesses, read as the guess worker reads it, or :data:`BAD`
+    (the worker would end the sample: no call, another tool, arguments that are not a number)."""
+    from agentrl_ext.env.worker import InvalidAction
+    from agentrl_ext.env.worker.actions import parse_action
+    from agentrl_ext.envs.procedural import integer_argument
     from agentrl_ext.rollout.transcript import parse_hermes_tool_calls
 
-    _content, calls = parse_hermes_tool_calls(text)
-    if not calls or calls[0]["function"]["name"] != "guess":
+    content, calls = parse_hermes_tool_calls(text)
+    action = parse_action([{"role": "assistant", "content": content, "tool_calls": calls}], ["guess"])
+    if action.problem is not None:
         return BAD
     try:
-        value = json.loads(calls[0]["function"]["arguments"])["number"]
-        return int(value) if not isinstance(value, bool) else BAD
-    except (TypeError, ValueError, KeyError, json.JSONDecodeError):
+        return integer_argument(action.tool_calls[0], "number")
+    except InvalidAction:
         return BAD
 
 
