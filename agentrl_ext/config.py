@@ -214,6 +214,9 @@ class SFTConfig:
     tasks: list[str] = field(default_factory=list)
     #: expert episodes per task, from the start of its train split
     episodes_per_task: int = 300
+    #: a careless expert per task: {task: epsilon} plays a random move (the task's
+    #: ``random_action``) with probability epsilon each turn; imperfect demonstrations RL can beat
+    expert_noise: dict[str, float] = field(default_factory=dict)
     #: optimizer steps
     steps: int = 60
     #: episodes per optimizer step
@@ -248,6 +251,9 @@ class SFTConfig:
             )
         if self.lr_scheduler not in ("constant", "cosine"):
             raise ValueError(f"agentrl.sft.lr_scheduler={self.lr_scheduler!r} must be constant or cosine")
+        bad = {task: eps for task, eps in self.expert_noise.items() if not 0.0 <= eps < 1.0}
+        if bad:
+            raise ValueError(f"agentrl.sft.expert_noise values must be in [0, 1), got {bad}")
 
 
 @dataclass

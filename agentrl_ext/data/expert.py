@@ -10,12 +10,17 @@ what an agent loop would have seen.
     async with ControllerClient("http://127.0.0.1:5020/api") as client:
         episode = await play_expert_episode(client, "guess", 3)
         episode.messages, episode.tools, episode.reward, episode.status
+
+A careless demonstrator (:func:`noisy_policy`) plays the expert's move except, with probability
+``epsilon`` per turn, a random one (``random_action(messages, rng)`` next to the expert in its
+module): imperfect demonstrations for a warm start that RL should improve on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +38,8 @@ EXPERTS: dict[str, str] = {
 """Task name -> ``module:function`` of its expert policy."""
 
 
-def expert_policy(task: str) -> ExpertPolicy:
-    """The expert policy of ``task`` (a name in :data:`EXPERTS`, or a ``module:function`` spec)."""
+def _from_expert_module(task: str, name: str | None = None) -> Any:
+    """The expert of ``task`` (``name`` None) or attribute ``name`` of its module (None if absent)."""
     spec = EXPERTS.get(task, task)
     if ":" not in spec:
         raise ValueError(
@@ -42,7 +47,35 @@ def expert_policy(task: str) -> ExpertPolicy:
             "(or pass 'module:function')"
         )
     module, _, function = spec.partition(":")
-    policy: ExpertPolicy = getattr(importlib.import_module(module), function)
+    return getattr(importlib.import_module(module), name or function, None)
+
+
+def expert_policy(task: str) -> ExpertPolicy:
+    """The expert policy of ``task`` (a name in :data:`EXPERTS`, or a ``module:function`` spec)."""
+    policy: ExpertPolicy = _from_expert_module(task)
+    return policy
+
+
+def has_random_action(task: str) -> bool:
+    """Whether ``task``'s expert module defines ``random_action`` (needed by :func:`noisy_policy`)."""
+    return callable(_from_expert_module(task, "random_action"))
+
+
+def noisy_policy(task: str, epsilon: float, rng: random.Random) -> ExpertPolicy:
+    """``task``'s expert, except that each turn with probability ``epsilon`` it plays
+    ``random_action(messages, rng)`` from the expert's module (drawn with ``rng``)."""
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"noisy_policy: epsilon must be in [0, 1], got {epsilon!r}")
+    expert = expert_policy(task)
+    careless = _from_expert_module(task, "random_action")
+    if epsilon > 0 and not callable(careless):
+        raise ValueError(f"task {task!r}: its expert module has no random_action(messages, rng)")
+
+    def policy(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if epsilon > 0 and rng.random() < epsilon:
+            return dict(careless(messages, rng))
+        return expert(messages)
+
     return policy
 
 
@@ -98,14 +131,25 @@ async def play_expert_episodes(
     indices: Sequence[SampleIndex],
     concurrency: int = 8,
     policy: ExpertPolicy | None = None,
+    epsilon: float = 0.0,
+    seed: int = 0,
 ) -> list[ExpertEpisode]:
-    """Play every index of ``indices`` (in that order), ``concurrency`` sessions at a time."""
-    policy = policy or expert_policy(task)
+    """Play every index of ``indices`` (in that order), ``concurrency`` sessions at a time.
+
+    ``epsilon`` > 0 plays :func:`noisy_policy` instead of the expert, with a random stream per
+    index seeded by ``seed``, ``task`` and the index (the same episodes at any ``concurrency``).
+    """
+    if policy is not None and epsilon > 0:
+        raise ValueError("play_expert_episodes: pass a policy or an epsilon, not both")
     gate = asyncio.Semaphore(concurrency)
     async with ControllerClient(controller_url) as client:
 
         async def one(index: SampleIndex) -> ExpertEpisode:
+            if epsilon > 0:
+                chosen = noisy_policy(task, epsilon, random.Random(f"{seed}:{task}:{index}"))
+            else:
+                chosen = policy or expert_policy(task)
             async with gate:
-                return await play_expert_episode(client, task, index, policy)
+                return await play_expert_episode(client, task, index, chosen)
 
         return list(await asyncio.gather(*(one(index) for index in indices)))

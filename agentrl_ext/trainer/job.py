@@ -233,8 +233,22 @@ def _warm_start(
             f"agentrl.sft.enable is set but none of the run's tasks {tasks} has an expert "
             f"(known: {', '.join(sorted(EXPERTS))}); set agentrl.sft.tasks or turn the warm start off"
         )
+    from agentrl_ext.data.expert import has_random_action
+
+    careless = {t: e for t, e in agentrl.sft.expert_noise.items() if e > 0}
+    wrong = sorted(t for t in careless if t not in sft_tasks or not has_random_action(t))
+    if wrong:
+        raise ValueError(
+            f"agentrl.sft.expert_noise names {wrong}: not a warm-start task with a random_action "
+            f"in its expert module (warm-start tasks: {sft_tasks}); remove them"
+        )
     files = write_expert_dataset(
-        controller_url, sft_tasks, agentrl.sft.episodes_per_task, run_dir / "sft" / "data"
+        controller_url,
+        sft_tasks,
+        agentrl.sft.episodes_per_task,
+        run_dir / "sft" / "data",
+        noise=careless,
+        seed=agentrl.sft.seed,
     )
     base = Path(str(config.actor_rollout_ref.model.path))
     weights = run_sft(base, files, run_dir / "sft", agentrl.sft, cpu=cpu_platform_active())

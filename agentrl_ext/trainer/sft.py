@@ -72,11 +72,14 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def expert_rows(controller_url: str, task: str, count: int, concurrency: int = 16) -> list[dict[str, Any]]:
+def expert_rows(
+    controller_url: str, task: str, count: int, concurrency: int = 16, epsilon: float = 0.0, seed: int = 0
+) -> list[dict[str, Any]]:
     """``count`` expert episodes of ``task``'s advertised (train) indices, as SFT rows.
 
     Only episodes the expert won (status ``completed``, reward > 0) are kept; the indices are the
-    first ``count`` of the controller's ``get_indices`` for ``task``.
+    first ``count`` of the controller's ``get_indices`` for ``task``. ``epsilon`` > 0: a careless
+    expert plays (a random move with that probability per turn; ``agentrl_ext.data.expert.noisy_policy``).
     """
     import httpx
 
@@ -90,7 +93,11 @@ def expert_rows(controller_url: str, task: str, count: int, concurrency: int = 1
             f"{response.text[:200]}); start its worker first"
         )
     indices = list(response.json())[:count]
-    episodes = asyncio.run(play_expert_episodes(controller_url, task, indices, concurrency=concurrency))
+    episodes = asyncio.run(
+        play_expert_episodes(
+            controller_url, task, indices, concurrency=concurrency, epsilon=epsilon, seed=seed
+        )
+    )
     won = [e for e in episodes if e.status == SampleStatus.COMPLETED and e.reward > 0]
     if len(won) < len(episodes):
         logger.warning(
@@ -109,21 +116,30 @@ def _row(messages: Any, tools: Any) -> dict[str, Any]:
 
 
 def write_expert_dataset(
-    controller_url: str, tasks: Sequence[str], episodes_per_task: int, out_dir: str | Path
+    controller_url: str,
+    tasks: Sequence[str],
+    episodes_per_task: int,
+    out_dir: str | Path,
+    noise: Mapping[str, float] | None = None,
+    seed: int = 0,
 ) -> list[Path]:
-    """Write ``<out_dir>/<task>.parquet`` of expert episodes for every task; returns the paths."""
+    """Write ``<out_dir>/<task>.parquet`` of expert episodes for every task; returns the paths.
+
+    ``noise`` maps a task to the careless expert's ``epsilon`` (see :func:`expert_rows`)."""
     import pandas as pd
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for task in tasks:
-        rows = expert_rows(controller_url, task, episodes_per_task)
+        epsilon = float((noise or {}).get(task, 0.0))
+        rows = expert_rows(controller_url, task, episodes_per_task, epsilon=epsilon, seed=seed)
         if not rows:
             raise RuntimeError(f"no expert episode of task {task!r} was won: nothing to train on")
         path = out / f"{task}.parquet"
         pd.DataFrame(rows).to_parquet(path)
-        logger.info("SFT data: %d expert episodes of %s -> %s", len(rows), task, path)
+        careless = f" (careless expert, epsilon {epsilon})" if epsilon else ""
+        logger.info("SFT data: %d expert episodes of %s%s -> %s", len(rows), task, careless, path)
         paths.append(path)
     return paths
 

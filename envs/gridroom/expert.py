@@ -5,6 +5,7 @@ Every observation restates the whole state, so the expert reads only the latest 
 
 from __future__ import annotations
 
+import random
 import re
 from collections import deque
 from typing import Any
@@ -53,3 +54,9 @@ def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
         direction = first_move(agent, door, blocked=None)
     steps = sum(1 for m in messages if m.get("role") == "assistant")
     return tool_call_message("move", {"direction": direction}, steps)
+
+
+def random_action(messages: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
+    """A move in a direction drawn uniformly (what a careless player does)."""
+    steps = sum(1 for m in messages if m.get("role") == "assistant")
+    return tool_call_message("move", {"direction": rng.choice(list(MOVES))}, steps)

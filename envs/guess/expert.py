@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any
 
 from ..procedural import opening_text, tool_call_message, tool_exchanges
 
 
-def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The assistant message (a ``guess`` tool call) after ``messages``, the whole history so far."""
+def _range(messages: list[dict[str, Any]]) -> tuple[int, int]:
     match = re.search(r"from (\d+) to (\d+)", opening_text(messages))
     if match is None:
         raise ValueError("guess expert: the opening message names no range 'from A to B'")
-    low, high = int(match.group(1)), int(match.group(2))
+    return int(match.group(1)), int(match.group(2))
+
+
+def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message (a ``guess`` tool call) after ``messages``, the whole history so far."""
+    low, high = _range(messages)
     for arguments, reply in tool_exchanges(messages):
         number = int(arguments["number"])
         if reply == "higher":
@@ -21,3 +26,9 @@ def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
         elif reply == "lower":
             high = min(high, number - 1)
     return tool_call_message("guess", {"number": (low + high) // 2}, len(tool_exchanges(messages)))
+
+
+def random_action(messages: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
+    """A guess drawn uniformly from the opening's range (what a careless player does)."""
+    low, high = _range(messages)
+    return tool_call_message("guess", {"number": rng.randint(low, high)}, len(tool_exchanges(messages)))

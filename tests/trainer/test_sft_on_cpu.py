@@ -153,3 +153,26 @@ def test_sft_failure_names_the_log_on_cpu(tmp_path, sft_files):
     with pytest.raises(RuntimeError, match=r"exited with code .* the errors in .*sft\.log") as info:
         run_sft(tiny_model_path(), [sft_files["guess"]], tmp_path / "out", sft)
     assert "no_such_key" in str(info.value)
+
+
+def test_expert_noise_must_be_a_probability_on_cpu():
+    assert SFTConfig(expert_noise={"guess": 0.5}).expert_noise == {"guess": 0.5}
+    with pytest.raises(ValueError, match=r"agentrl.sft.expert_noise .*'guess': 1.0"):
+        SFTConfig(expert_noise={"guess": 1.0})
+    with pytest.raises(ValueError, match="expert_noise"):
+        SFTConfig(expert_noise={"gridroom": -0.1})
+
+
+def test_expert_noise_on_a_task_without_random_moves_is_refused_before_playing_on_cpu(tmp_path):
+    from omegaconf import OmegaConf
+
+    from agentrl_ext.config import AgentRLConfig
+    from agentrl_ext.trainer.job import _warm_start
+
+    agentrl = AgentRLConfig.from_config({"sft": {"enable": True, "expert_noise": {"calc": 0.3}}})
+    config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": str(tmp_path)}}})
+    # no controller listens at this URL: the error must come before any episode is played
+    with pytest.raises(
+        ValueError, match=r"expert_noise names \['calc'\]: not a warm-start task with a random_action"
+    ):
+        _warm_start(config, agentrl, "http://127.0.0.1:9/api", ["guess", "calc"], tmp_path)

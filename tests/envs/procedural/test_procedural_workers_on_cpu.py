@@ -15,7 +15,13 @@ import httpx
 import pytest
 from agentrl_ext.envs.procedural import TRAIN_START, tool_call_message
 
-from agentrl_ext.data.expert import play_expert_episode, play_expert_episodes
+from agentrl_ext.data.expert import (
+    expert_policy,
+    has_random_action,
+    noisy_policy,
+    play_expert_episode,
+    play_expert_episodes,
+)
 from agentrl_ext.env.client import ControllerClient
 from agentrl_ext.env.protocol import SampleStatus
 from agentrl_ext.testing.env_servers import EnvServers
@@ -143,3 +149,43 @@ async def test_workers_keep_serving_after_invalid_and_cancelled_sessions_on_cpu(
             assert (episode.status, episode.reward) == (SampleStatus.COMPLETED, 1.0)
         workers = await client.list_workers()
         assert all(w.healthy for task in TASKS for w in workers[task])
+
+
+@pytest.mark.parametrize("task", ["guess", "gridroom"])
+async def test_careless_expert_is_seeded_per_index_and_deviates_at_its_rate_on_cpu(controller_api, task):
+    indices = list(range(20))
+    clean = await play_expert_episodes(controller_api, task, indices, concurrency=5)
+    careful = await play_expert_episodes(controller_api, task, indices, concurrency=5, epsilon=0.0, seed=3)
+    assert [e.messages for e in careful] == [e.messages for e in clean]
+    noisy = await play_expert_episodes(controller_api, task, indices, concurrency=5, epsilon=0.5, seed=3)
+    again = await play_expert_episodes(controller_api, task, indices, concurrency=1, epsilon=0.5, seed=3)
+    other = await play_expert_episodes(controller_api, task, indices, concurrency=5, epsilon=0.5, seed=4)
+    assert [e.messages for e in noisy] == [e.messages for e in again]  # any concurrency, same episodes
+    assert [e.messages for e in noisy] != [e.messages for e in other]
+    # every turn of a careless episode: the expert's move on that history, or a random one
+    expert, deviations, turns = expert_policy(task), 0, 0
+    for episode in noisy:
+        for position, message in enumerate(episode.messages):
+            if message["role"] != "assistant":
+                continue
+            turns += 1
+            call = message["tool_calls"][0]["function"]
+            arguments = json.loads(call["arguments"])
+            if call != expert(episode.messages[:position])["tool_calls"][0]["function"]:
+                deviations += 1
+            if task == "guess":
+                assert 1 <= arguments["number"] <= 16
+            else:
+                assert arguments["direction"] in ("up", "down", "left", "right")
+    # a random move equals the expert's one time in 16 (guess) or 4 (gridroom): deviations ~ 0.5 * 15/16 or 3/4
+    assert 0.2 < deviations / turns < 0.7, (deviations, turns)
+    assert all(e.status in (SampleStatus.COMPLETED, SampleStatus.TASK_LIMIT_REACHED) for e in noisy)
+
+
+def test_careless_expert_refuses_a_task_without_random_moves_and_bad_rates_on_cpu():
+    with pytest.raises(ValueError, match="random_action"):
+        noisy_policy("calc", 0.3, random.Random(0))
+    with pytest.raises(ValueError, match="epsilon"):
+        noisy_policy("guess", 1.5, random.Random(0))
+    assert noisy_policy("calc", 0.0, random.Random(0)) is not None  # epsilon 0: the expert itself
+    assert has_random_action("guess") and has_random_action("gridroom") and not has_random_action("calc")
