@@ -72,7 +72,7 @@ def noisy_policy(task: str, epsilon: float, rng: random.Random) -> ExpertPolicy:
         raise ValueError(f"task {task!r}: its expert module has no random_action(messages, rng)")
 
     def policy(messages: list[dict[str, Any]]) -> dict[str, Any]:
-        if epsilon > 0 and rng.random() < epsilon:
+        if rng.random() < epsilon:
             return dict(careless(messages, rng))
         return expert(messages)
 
@@ -141,14 +141,14 @@ async def play_expert_episodes(
     """
     if policy is not None and epsilon > 0:
         raise ValueError("play_expert_episodes: pass a policy or an epsilon, not both")
+    policy = policy or expert_policy(task)
     gate = asyncio.Semaphore(concurrency)
     async with ControllerClient(controller_url) as client:
 
         async def one(index: SampleIndex) -> ExpertEpisode:
+            chosen = policy
             if epsilon > 0:
                 chosen = noisy_policy(task, epsilon, random.Random(f"{seed}:{task}:{index}"))
-            else:
-                chosen = policy or expert_policy(task)
             async with gate:
                 return await play_expert_episode(client, task, index, chosen)
 

@@ -223,7 +223,7 @@ def _stop_on_sigterm() -> None:
 def _warm_start(
     config: DictConfig, agentrl: AgentRLConfig, controller_url: str, tasks: list[str], run_dir: Path
 ) -> None:
-    from agentrl_ext.data.expert import EXPERTS
+    from agentrl_ext.data.expert import EXPERTS, has_random_action
     from agentrl_ext.platform import cpu_platform_active
     from agentrl_ext.trainer.sft import run_sft, write_expert_dataset
 
@@ -233,8 +233,6 @@ def _warm_start(
             f"agentrl.sft.enable is set but none of the run's tasks {tasks} has an expert "
             f"(known: {', '.join(sorted(EXPERTS))}); set agentrl.sft.tasks or turn the warm start off"
         )
-    from agentrl_ext.data.expert import has_random_action
-
     careless = {t: e for t, e in agentrl.sft.expert_noise.items() if e > 0}
     wrong = sorted(t for t in careless if t not in sft_tasks or not has_random_action(t))
     if wrong:
