@@ -155,6 +155,7 @@ def check_config(config: DictConfig, cuda: bool) -> None:
     check_algorithm(config)
     check_async_pipeline(config)
     check_agent_loop(config)
+    check_actor_batches(config)
     model_path = str(config.actor_rollout_ref.model.path)
     if "://" not in model_path and not Path(model_path).exists():
         raise FileNotFoundError(
@@ -180,6 +181,29 @@ def check_algorithm(config: DictConfig) -> None:
             f"pass to advantage estimators; our trainer modes publish it: set trainer.v1.trainer_mode={TRAINER_MODE} "
             f"(or {TRAINER_MODES[1]}) "
             f"(with trainer.use_v1=true; now trainer_mode={mode}, use_v1={config.trainer.get('use_v1', True)})"
+        )
+
+
+def check_actor_batches(config: DictConfig) -> None:
+    """The actor's micro-batches must divide each rank's mini-batch of episodes. verl 0.9.1 checks
+    this only for the deprecated global ``ppo_micro_batch_size``; otherwise the first update fails
+    with an assertion, after the warm start and the first step's generation."""
+    actor = config.actor_rollout_ref.actor
+    micro = actor.get("ppo_micro_batch_size_per_gpu")
+    if actor.get("use_dynamic_bsz", False) or not micro:
+        return
+    n = int(config.actor_rollout_ref.rollout.get("n", 1) or 1)
+    ranks = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    sp = int(actor.get("ulysses_sequence_parallel_size", 1) or 1)
+    dp = max(1, ranks // sp)
+    episodes = int(actor.ppo_mini_batch_size) * n
+    if episodes % dp or (episodes // dp) % int(micro):
+        raise ValueError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} prompts x "
+            f"actor_rollout_ref.rollout.n={n} = {episodes} episodes per mini-batch over {dp} data-parallel "
+            f"rank(s) is not a multiple of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}; "
+            f"choose a micro-batch size that divides {episodes // dp if episodes % dp == 0 else episodes} "
+            f"(or set actor_rollout_ref.actor.use_dynamic_bsz=true)"
         )
 
 

@@ -222,6 +222,23 @@ def test_cross_policy_needs_behaviour_log_probs_in_the_ratio_on_cpu(tmp_path):
     check_config(off, cuda=False)
 
 
+def test_micro_batch_that_does_not_divide_the_mini_batch_is_named_before_training_on_cpu(tmp_path):
+    base = [f"actor_rollout_ref.model.path={tmp_path}", "data.train_files=[]", "data.val_files=[]",
+            "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]  # fmt: skip
+    # 2 prompts x 4 episodes = 8 episodes per mini-batch: micro-batches of 16 cannot split them
+    with pytest.raises(ValueError, match=r"= 8 episodes.*ppo_micro_batch_size_per_gpu=16.*divides 8"):
+        check_config(
+            _compose("cpu_agentrl", [*base, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"]),
+            cuda=False,
+        )
+    for ok in ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"):  # fmt: skip
+        check_config(_compose("cpu_agentrl", [*base, ok]), cuda=False)
+    dynamic = [*base, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+               "actor_rollout_ref.actor.use_dynamic_bsz=true"]  # fmt: skip
+    check_config(_compose("cpu_agentrl", dynamic), cuda=False)
+
+
 @pytest.mark.parametrize("rollout", ["vllm", "sglang"])
 def test_cross_policy_on_gpu_needs_a_checkpoint_engine_that_reaches_the_stale_pool_on_cpu(tmp_path, rollout):
     base = [f"actor_rollout_ref.model.path={tmp_path}", "data.train_files=[]", "data.val_files=[]",
