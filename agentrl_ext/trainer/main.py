@@ -197,13 +197,18 @@ def check_actor_batches(config: DictConfig) -> None:
     sp = int(actor.get("ulysses_sequence_parallel_size", 1) or 1)
     dp = max(1, ranks // sp)
     episodes = int(actor.ppo_mini_batch_size) * n
-    if episodes % dp or (episodes // dp) % int(micro):
+    per_rank, left = divmod(episodes, dp)
+    mini = (
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} prompts x "
+        f"actor_rollout_ref.rollout.n={n} = {episodes} episodes per mini-batch"
+    )
+    if left:
+        raise ValueError(f"{mini} do not split over {dp} data-parallel ranks; make it a multiple of {dp}")
+    if per_rank % int(micro):
         raise ValueError(
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} prompts x "
-            f"actor_rollout_ref.rollout.n={n} = {episodes} episodes per mini-batch over {dp} data-parallel "
-            f"rank(s) is not a multiple of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}; "
-            f"choose a micro-batch size that divides {episodes // dp if episodes % dp == 0 else episodes} "
-            f"(or set actor_rollout_ref.actor.use_dynamic_bsz=true)"
+            f"{mini} ({per_rank} per data-parallel rank) is not a multiple of "
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}; choose a micro-batch size that "
+            f"divides {per_rank} (or set actor_rollout_ref.actor.use_dynamic_bsz=true)"
         )
 
 
