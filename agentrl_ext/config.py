@@ -180,7 +180,9 @@ class EnvsConfig:
     #: each task worker in its own container (images built by scripts/build_task_image.sh)
     docker: bool = False
     #: per-task keyword arguments over the launcher's defaults, e.g. {dbbench: {backend: sqlite}}
-    task_kwargs: Optional[Dict[str, Any]] = None  # noqa: UP006, UP045
+    #: (an empty dict, not None: OmegaConf cannot merge an override such as
+    #: ``+agentrl.envs.task_kwargs={guess: {show_range: true}}`` into a None node)
+    task_kwargs: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
     #: seconds to wait for each worker to become healthy
     ready_timeout_s: float = 300.0
 

@@ -6,7 +6,7 @@ per secret, the expert's guesses, the depth and the checkpoint's guesses by coun
 parsable ``guess`` call). A policy that solves depth 3 but not depth 4 shows it at once, and
 two checkpoints side by side show which nodes RL moved (see the README's runs K4 and D1).
 
-    python -m agentrl_ext.eval.guess_probe CHECKPOINT [--samples 32] [--temperature 0.7] [--out probe.json]
+    python -m agentrl_ext.eval.guess_probe CHECKPOINT [--samples 32] [--temperature 0.7] [--show-range] [--out probe.json]
 """
 
 from __future__ import annotations
@@ -19,30 +19,35 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_ext.envs.guess.expert import expert_action
-from agentrl_ext.envs.guess.task import TOOLS, GuessTask, feedback, opening
+from agentrl_ext.envs.guess.task import TOOLS, GuessTask, feedback, narrow, opening
 
 #: ``messages`` (the conversation up to the node) -> the texts of ``samples`` sampled next turns
 Sampler = Callable[[list[dict[str, Any]]], list[str]]
 BAD = "bad"
 
 
-def deciding_node(secret: int, high: int, max_turns: int) -> tuple[list[dict[str, Any]], list[int]]:
-    """The conversation up to the expert's guess of ``secret``, and all the expert's guesses."""
+def deciding_node(
+    secret: int, high: int, max_turns: int, show_range: bool = False
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """The conversation up to the expert's guess of ``secret``, and all the expert's guesses
+    (``show_range``: the answers name the range left, as the task's ``show_range`` does)."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": opening(high, max_turns)}]
     guesses: list[int] = []
+    left = (1, high)
     while True:
         action = expert_action(messages)
         number = int(json.loads(action["tool_calls"][0]["function"]["arguments"])["number"])
         guesses.append(number)
         if number == secret or len(guesses) > high:
             return messages, guesses
+        left = narrow(*left, number, secret)
         messages = [
             *messages,
             action,
             {
                 "role": "tool",
                 "tool_call_id": action["tool_calls"][0]["id"],
-                "content": feedback(number, secret),
+                "content": feedback(number, secret, left if show_range else None),
             },
         ]
 
@@ -65,11 +70,13 @@ def guessed_number(text: str) -> int | str:
         return BAD
 
 
-def probe(sample: Sampler, high: int = 16, max_turns: int = 6) -> list[dict[str, Any]]:
+def probe(
+    sample: Sampler, high: int = 16, max_turns: int = 6, show_range: bool = False
+) -> list[dict[str, Any]]:
     """One row per secret ``1..high``: expert guesses, depth, the sampled guesses, share correct."""
     rows = []
     for secret in range(1, high + 1):
-        messages, guesses = deciding_node(secret, high, max_turns)
+        messages, guesses = deciding_node(secret, high, max_turns, show_range)
         counts = Counter(guessed_number(text) for text in sample(messages))
         total = sum(counts.values())
         rows.append(
@@ -148,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-turns", type=int, default=GuessTask.default_max_turns, help="as the task's opening says"
     )
+    parser.add_argument(
+        "--show-range", action="store_true", help="the answers name the range left (the task's show_range)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="JSON rows")
     args = parser.parse_args(argv)
@@ -158,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.checkpoint).is_dir():
         parser.error(f"checkpoint {args.checkpoint} is not a folder (a local HF checkpoint)")
     sampler = hf_sampler(args.checkpoint, args.samples, args.temperature, args.max_tokens, args.seed)
-    rows = probe(sampler, high=args.high, max_turns=args.max_turns)
+    rows = probe(sampler, high=args.high, max_turns=args.max_turns, show_range=args.show_range)
     print(format_table(rows))
     if args.out is not None:
         args.out.write_text(

@@ -21,9 +21,10 @@ def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
     low, high = _range(messages)
     for arguments, reply in tool_exchanges(messages):
         number = int(arguments["number"])
-        if reply == "higher":
+        answer = reply.split(":")[0]  # "lower" or, with show_range, "lower: from 1 to 7"
+        if answer == "higher":
             low = max(low, number + 1)
-        elif reply == "lower":
+        elif answer == "lower":
             high = min(high, number - 1)
     return tool_call_message("guess", {"number": (low + high) // 2}, len(tool_exchanges(messages)))
 

@@ -2,7 +2,10 @@
 
 Each step the agent calls ``guess(number)``; the tool answers ``higher``, ``lower`` or
 ``correct``. ``correct`` ends the sample ``completed`` with reward 1; ``max_turns`` (6) guesses
-without it end with ``task limit reached``, reward 0. Binary search needs at most
+without it end with ``task limit reached``, reward 0, or with ``partial_credit`` that share of the
+information the answers gave (:func:`information`). With ``show_range`` a ``higher`` or ``lower``
+also names the range the answers so far leave (``lower: from 1 to 7``), so that the next guess is
+a function of the last answer alone. Binary search needs at most
 ``ceil(log2(high + 1))`` guesses (5 for ``high`` = 16). The secret is ``Random(index)``'s draw;
 splits as in :mod:`envs.procedural` (the observation never shows the secret, so train and test
 samples share secrets, not seeds).
@@ -10,6 +13,7 @@ samples share secrets, not seeds).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from agentrl_ext.env.protocol import SampleIndex, SampleStatus
@@ -27,13 +31,27 @@ def opening(high: int, max_turns: int) -> str:
     )
 
 
-def feedback(number: int, secret: int) -> str:
-    """The tool's answer to a guess."""
+def feedback(number: int, secret: int, left: tuple[int, int] | None = None) -> str:
+    """The tool's answer to a guess; ``left``: the range still possible after it, to name."""
+    if number == secret:
+        return "correct"
+    answer = "higher" if number < secret else "lower"
+    return answer if left is None else f"{answer}: from {left[0]} to {left[1]}"
+
+
+def narrow(low: int, high: int, number: int, secret: int) -> tuple[int, int]:
+    """The range ``low..high`` still possible after guessing ``number`` (``secret`` in it)."""
     if number < secret:
-        return "higher"
+        return max(low, number + 1), high
     if number > secret:
-        return "lower"
-    return "correct"
+        return low, min(high, number - 1)
+    return secret, secret
+
+
+def information(low: int, high: int, top: int) -> float:
+    """The share of the bits needed to find the secret in ``1..top`` that the answers gave when
+    ``low..high`` is left: 0 with the whole range, 0.5 with a quarter of 16, 1 with one number."""
+    return 1.0 - math.log2(high - low + 1) / math.log2(top)
 
 
 class GuessTask(ProceduralTask):
@@ -43,10 +61,22 @@ class GuessTask(ProceduralTask):
     tools = TOOLS
     default_max_turns = 6
 
-    def __init__(self, high: int = 16, **kwargs: Any) -> None:
+    def __init__(
+        self, high: int = 16, show_range: bool = False, partial_credit: float = 0.0, **kwargs: Any
+    ) -> None:
         if not isinstance(high, int) or high < 2:
             raise ValueError(f"GuessTask: high must be an integer >= 2, got {high!r}")
+        if not isinstance(show_range, bool):
+            raise ValueError(f"GuessTask: show_range must be true or false, got {show_range!r}")
+        if isinstance(partial_credit, bool) or not isinstance(partial_credit, (int, float)):
+            raise ValueError(f"GuessTask: partial_credit must be a number in [0, 1), got {partial_credit!r}")
+        if not 0.0 <= partial_credit < 1.0:
+            raise ValueError(
+                f"GuessTask: partial_credit must be in [0, 1) (a solved sample gets 1), got {partial_credit}"
+            )
         self.high = high
+        self.show_range = show_range
+        self.partial_credit = float(partial_credit)
         super().__init__(**kwargs)
 
     def secret(self, index: SampleIndex) -> int:
@@ -56,12 +86,19 @@ class GuessTask(ProceduralTask):
     async def start_sample(self, index: SampleIndex, session: Session) -> SampleResult:
         secret = self.secret(index)
         session.inject({"role": "user", "content": opening(self.high, self.max_turns)})
+        low, high = 1, self.high
         for turn in range(1, self.max_turns + 1):
             action = await session.action()
             call = action.tool_calls[0]
             number = integer_argument(call, "number")
-            answer = feedback(number, secret)
+            low, high = narrow(low, high, number, secret)
+            answer = feedback(number, secret, (low, high) if self.show_range else None)
             session.inject({"role": "tool", "tool_call_id": call.id, "content": answer})
             if answer == "correct":
                 return SampleResult(SampleStatus.COMPLETED, reward=1.0, metrics={"guesses": turn})
-        return SampleResult(SampleStatus.TASK_LIMIT_REACHED, reward=0.0, metrics={"guesses": self.max_turns})
+        found = information(low, high, self.high)
+        return SampleResult(
+            SampleStatus.TASK_LIMIT_REACHED,
+            reward=self.partial_credit * found,
+            metrics={"guesses": self.max_turns, "information": found},
+        )

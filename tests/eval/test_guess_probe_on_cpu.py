@@ -34,6 +34,16 @@ def test_deciding_node_is_the_binary_search_path_on_cpu():
     assert [len(deciding_node(s, 16, 6)[1]) for s in (8, 4, 12, 7, 16)] == [1, 2, 2, 4, 5]
 
 
+def test_deciding_node_with_show_range_names_the_range_left_on_cpu():
+    messages, guesses = deciding_node(7, 16, 6, show_range=True)
+    assert guesses == [8, 4, 6, 7]
+    assert [m["content"] for m in messages if m["role"] == "tool"] == [
+        "lower: from 1 to 7",
+        "higher: from 5 to 7",
+        "higher: from 7 to 7",
+    ]
+
+
 def test_probe_counts_the_sampled_guesses_on_cpu():
     calls = []
 

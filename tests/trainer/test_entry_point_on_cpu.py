@@ -288,6 +288,19 @@ def test_every_agentrl_key_can_be_overridden_without_plus_on_cpu():
     assert parsed.agent_loop.env_attempts == 5 and parsed.cross_policy.stale_step == 3
 
 
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+agentrl.envs.task_kwargs={guess: {show_range: true}}",
+        "+agentrl.envs.task_kwargs.guess.show_range=true",
+    ],
+)
+def test_task_kwargs_take_a_whole_dict_or_one_key_on_cpu(override):
+    # a None default made OmegaConf fail on both with "'NoneType' object has no attribute 'get'"
+    parsed = AgentRLConfig.from_config(_compose("cpu_multitask", [override]).agentrl)
+    assert dict(parsed.envs.task_kwargs) == {"guess": {"show_range": True}}
+
+
 def _agentrl_config(tmp_path, url, tasks):
     from agentrl_ext.data.multitask import build_multitask_dataset
 

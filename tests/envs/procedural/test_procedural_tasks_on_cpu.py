@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -86,6 +87,60 @@ async def test_guess_feedback_and_turn_limit_on_cpu():
         1.0,
         "correct",
     )
+
+
+async def test_guess_show_range_names_the_range_the_answers_leave_on_cpu():
+    task = GuessTask(show_range=True)
+    index = next(i for i in range(100) if task.secret(i) == 6)
+    # a guess outside the range left (12 after "lower: from 1 to 7") narrows nothing
+    steps = [("guess", {"number": n}) for n in (8, 4, 12, 0, 5, 6)]
+    played = await play(task, index, scripted(*steps))
+    assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
+        "lower: from 1 to 7",
+        "higher: from 5 to 7",
+        "lower: from 5 to 7",
+        "higher: from 5 to 7",
+        "higher: from 6 to 7",
+        "correct",
+    ]
+    assert (played.status, played.reward) == (SampleStatus.COMPLETED, 1.0)
+    # the expert reads the answers' first word, so it still needs at most 5 guesses
+    for index in range(100):
+        played = await play(task, index, guess_expert)
+        assert (played.status, played.turns <= 5) == (SampleStatus.COMPLETED, True), played.messages
+    with pytest.raises(ValueError, match="show_range must be true or false"):
+        GuessTask(show_range="yes")
+
+
+@pytest.mark.parametrize(
+    ("numbers", "left"),
+    [
+        ((0, 0, 0, 0, 0, 0), 16),  # "higher" to 0 every time: 1..16 left
+        ((8, 4, 16, 16, 16, 16), 3),  # 5..7 left (16 is outside it)
+        ((8, 4, 5, 16, 16, 16), 2),  # 6..7
+        ((8, 4, 7, 5, 16, 16), 1),  # 6..6: known, but never guessed
+    ],
+)
+async def test_guess_partial_credit_rewards_the_information_of_a_failed_sample_on_cpu(numbers, left):
+    # secret 6: a failed sample gets partial_credit x (1 - log2(numbers left) / log2(16))
+    expected = 0.5 * (1 - math.log(left, 2) / 4)
+    task = GuessTask(partial_credit=0.5)
+    index = next(i for i in range(100) if task.secret(i) == 6)
+    played = await play(task, index, scripted(*[("guess", {"number": n}) for n in numbers]))
+    assert played.status == SampleStatus.TASK_LIMIT_REACHED
+    assert played.reward == pytest.approx(expected)
+    # no partial credit by default; a solved sample still gets 1
+    assert (
+        await play(GuessTask(), index, scripted(*[("guess", {"number": n}) for n in numbers]))
+    ).reward == 0
+    solved = await play(task, index, scripted(("guess", {"number": 6})))
+    assert (solved.status, solved.reward) == (SampleStatus.COMPLETED, 1.0)
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1, True, "0.5"])
+def test_guess_partial_credit_must_stay_below_a_solved_sample_on_cpu(bad):
+    with pytest.raises(ValueError, match="partial_credit must be"):
+        GuessTask(partial_credit=bad)
 
 
 @pytest.mark.parametrize(
