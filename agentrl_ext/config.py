@@ -86,10 +86,15 @@ class AgentLoopConfig:
     abort_retries: int = 2
     #: seconds to wait before retrying an aborted generation
     abort_retry_delay_s: float = 1.0
+    #: the trainer stops with an error after this many batches in a row in which every episode
+    #: failed (controller or workers gone: there is nothing to train on, and the update is a no-op)
+    max_failed_batches: int = 3
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"agentrl.agent_loop.max_turns={self.max_turns} must be >= 1")
+        if self.max_failed_batches < 1:
+            raise ValueError(f"agentrl.agent_loop.max_failed_batches={self.max_failed_batches} must be >= 1")
         if self.env_attempts < 1:
             raise ValueError(f"agentrl.agent_loop.env_attempts={self.env_attempts} must be >= 1")
         if self.abort_retries < 0 or self.abort_retry_delay_s < 0:

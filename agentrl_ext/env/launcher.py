@@ -145,6 +145,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listening(port: int) -> bool:
+    """Whether something accepts connections on ``127.0.0.1:port``."""
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((LOOPBACK, port)) == 0
+
+
 def wait_until(
     condition: Callable[[], T | None],
     timeout_s: float = 20.0,
@@ -435,6 +442,13 @@ class EnvStack:
         return self
 
     def _start(self) -> None:
+        if listening(self.port):
+            # the new controller could not bind, and its readiness check would be answered by the
+            # process already there: the workers would join another run's controller
+            raise RuntimeError(
+                f"port {self.port} on {LOOPBACK} is in use (another agentrl-train or agentrl-envs up?); "
+                "stop it, or choose a free port (agentrl.envs.port=N, agentrl-envs up --port N)"
+            )
         log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="agentrl-envs-"))
         self.log_dir = log_dir
         if any(wants_mariadb(n, self.task_kwargs[n]) for n in self.tasks):

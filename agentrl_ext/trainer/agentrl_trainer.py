@@ -102,6 +102,37 @@ def episode_metrics(
     return metrics
 
 
+class FailedBatches:
+    """Counts batches in a row in which every episode failed; raises at ``limit`` with the reasons.
+
+    verl would go on training such batches (every sample masked: a NaN loss and no update), so a
+    run whose controller or workers are gone would otherwise "finish" its steps without learning.
+    """
+
+    def __init__(self, limit: int, controller_url: str | None = None) -> None:
+        self.limit = limit
+        self.controller_url = controller_url
+        self.in_a_row = 0
+
+    def observe(self, metrics: dict[str, float], episodes: int) -> None:
+        """``metrics``: :func:`episode_metrics` of a batch of ``episodes`` episodes."""
+        if episodes == 0 or metrics.get("agentrl/env/failed_episodes", 0.0) < episodes:
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        if self.in_a_row < self.limit:
+            logger.warning("every episode of this batch failed (%d batch(es) in a row)", self.in_a_row)
+            return
+        prefix = "agentrl/env/failure_kind/"
+        kinds = ", ".join(f"{k[len(prefix) :]}: {int(v)}" for k, v in metrics.items() if k.startswith(prefix))
+        raise RuntimeError(
+            f"every episode of the last {self.in_a_row} batches failed ({kinds or 'no reason recorded'}); "
+            f"the environment service at {self.controller_url or 'agentrl.agent_loop.controller_url'} "
+            "is not serving episodes. Check the controller and its workers (their logs), or raise "
+            "agentrl.agent_loop.max_failed_batches to wait out a longer outage"
+        )
+
+
 def _cross_policy_metrics(rewards: list[float], extras: list[dict[str, Any]]) -> dict[str, float]:
     turns = {CURRENT: 0, STALE: 0}
     weighted = {CURRENT: 0.0, STALE: 0.0}
@@ -138,6 +169,11 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     @functools.cached_property
     def _cross_policy(self) -> CrossPolicyConfig:
         return agentrl_config(self.config).cross_policy
+
+    @functools.cached_property
+    def _failed_batches(self) -> FailedBatches:
+        agentrl = agentrl_config(self.config)
+        return FailedBatches(agentrl.agent_loop.max_failed_batches, agentrl.agent_loop.controller_url)
 
     def replay_buffer_poll_interval_s(self) -> float | None:
         return agentrl_config(self.config).replay_poll_interval_s
@@ -183,9 +219,11 @@ class AgentRLTrainerHooks(TrainerStepHooks):
         with task_context.batch_tasks(dict(zip(samples["uid"], tasks, strict=True))):
             yield
         metrics.update(task_context.drain_metrics())
-        metrics.update(
-            episode_metrics(tasks, samples["reward"], samples["extra_fields"], global_step=self.global_steps)
+        batch_metrics = episode_metrics(
+            tasks, samples["reward"], samples["extra_fields"], global_step=self.global_steps
         )
+        metrics.update(batch_metrics)
+        self._failed_batches.observe(batch_metrics, len(tasks))
 
     def after_old_log_prob(self, batch: Any, metrics: dict) -> None:
         cross = self._cross_policy

@@ -154,6 +154,12 @@ def test_launch_from_config_starts_and_stops_the_stack_on_cpu():
         done = play_guess(stack.api, 3)
         assert (done["status"], done["reward"]) == ("completed", 1.0)
         pids = [stack.controller.pid, stack.workers["guess"].pid]  # type: ignore[union-attr]
+        # a second stack on the same port refuses to start (its workers would join this
+        # controller, and lose it when this run ends)
+        with pytest.raises(RuntimeError, match=rf"port {port} on 127.0.0.1 is in use.*agentrl.envs.port=N"):
+            with launch_from_config(config):
+                pass
+        assert play_guess(stack.api, 4)["status"] == "completed"  # and this stack still serves
     assert not any(running(pid) for pid in pids)
     with pytest.raises(ValueError, match="unknown task 'nosuch'; known tasks: "):
         AgentRLConfig.from_config({"envs": {"launch": True, "tasks": ["nosuch"]}})

@@ -54,3 +54,35 @@ def test_failure_kinds_aborts_and_unknown_versions_on_cpu():
     assert m["agentrl/env/failure_kind/template_not_prefix_stable"] == 1
     assert m["agentrl/rollout/aborted_generations"] == 4
     assert m["agentrl/policy/turn_version_lag_max"] == 0  # the turn without a version is left out
+
+
+def test_batches_whose_every_episode_failed_stop_training_after_the_limit_on_cpu():
+    from agentrl_ext.trainer.agentrl_trainer import FailedBatches
+
+    def batch(failed: int, total: int = 4) -> dict:
+        extras = [
+            {"agentrl": {"failed": True, "status": "task error", "failure_kind": "env_transport"}}
+            if i < failed
+            else _extra(True)
+            for i in range(total)
+        ]
+        return episode_metrics(["guess"] * total, [0.0] * total, extras)
+
+    guard = FailedBatches(limit=3, controller_url="http://127.0.0.1:5020/api")
+    guard.observe(batch(4), 4)
+    guard.observe(batch(4), 4)
+    guard.observe(batch(3), 4)  # one episode served: the count starts again
+    guard.observe(batch(4), 4)
+    guard.observe(batch(4), 4)
+    with pytest.raises(
+        RuntimeError, match=r"last 3 batches failed \(env_transport: 4\).*127.0.0.1:5020.*max_failed_batches"
+    ):
+        guard.observe(batch(4), 4)
+    FailedBatches(limit=1).observe(batch(0, total=0), 0)  # an empty batch is no failure
+
+
+def test_max_failed_batches_must_be_positive_on_cpu():
+    from agentrl_ext.config import AgentRLConfig
+
+    with pytest.raises(ValueError, match="max_failed_batches=0 must be >= 1"):
+        AgentRLConfig.from_config({"agent_loop": {"max_failed_batches": 0}})
