@@ -40,7 +40,7 @@ def deciding_node(
         guesses.append(number)
         if number == secret or len(guesses) > high:
             return messages, guesses
-        left = narrow(*left, number, secret)
+        left = narrow(*left, number, feedback(number, secret))
         messages = [
             *messages,
             action,

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from ..procedural import opening_text, tool_call_message, tool_exchanges
+from .task import narrow
 
 
 def _range(messages: list[dict[str, Any]]) -> tuple[int, int]:
@@ -20,12 +21,8 @@ def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The assistant message (a ``guess`` tool call) after ``messages``, the whole history so far."""
     low, high = _range(messages)
     for arguments, reply in tool_exchanges(messages):
-        number = int(arguments["number"])
-        answer = reply.split(":")[0]  # "lower" or, with show_range, "lower: from 1 to 7"
-        if answer == "higher":
-            low = max(low, number + 1)
-        elif answer == "lower":
-            high = min(high, number - 1)
+        # "lower" or, with show_range, "lower: from 1 to 7"
+        low, high = narrow(low, high, int(arguments["number"]), reply.split(":")[0])
     return tool_call_message("guess", {"number": (low + high) // 2}, len(tool_exchanges(messages)))
 
 

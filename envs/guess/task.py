@@ -39,13 +39,14 @@ def feedback(number: int, secret: int, left: tuple[int, int] | None = None) -> s
     return answer if left is None else f"{answer}: from {left[0]} to {left[1]}"
 
 
-def narrow(low: int, high: int, number: int, secret: int) -> tuple[int, int]:
-    """The range ``low..high`` still possible after guessing ``number`` (``secret`` in it)."""
-    if number < secret:
+def narrow(low: int, high: int, number: int, answer: str) -> tuple[int, int]:
+    """The range ``low..high`` still possible after ``number`` was answered ``answer``
+    (``higher`` or ``lower``; any other answer leaves it as it was)."""
+    if answer == "higher":
         return max(low, number + 1), high
-    if number > secret:
+    if answer == "lower":
         return low, min(high, number - 1)
-    return secret, secret
+    return low, high
 
 
 def information(low: int, high: int, top: int) -> float:
@@ -68,11 +69,11 @@ class GuessTask(ProceduralTask):
             raise ValueError(f"GuessTask: high must be an integer >= 2, got {high!r}")
         if not isinstance(show_range, bool):
             raise ValueError(f"GuessTask: show_range must be true or false, got {show_range!r}")
-        if isinstance(partial_credit, bool) or not isinstance(partial_credit, (int, float)):
-            raise ValueError(f"GuessTask: partial_credit must be a number in [0, 1), got {partial_credit!r}")
-        if not 0.0 <= partial_credit < 1.0:
+        if isinstance(partial_credit, bool) or not (
+            isinstance(partial_credit, (int, float)) and 0.0 <= partial_credit < 1.0
+        ):
             raise ValueError(
-                f"GuessTask: partial_credit must be in [0, 1) (a solved sample gets 1), got {partial_credit}"
+                f"GuessTask: partial_credit must be a number in [0, 1) (a solved sample gets 1), got {partial_credit!r}"
             )
         self.high = high
         self.show_range = show_range
@@ -91,8 +92,10 @@ class GuessTask(ProceduralTask):
             action = await session.action()
             call = action.tool_calls[0]
             number = integer_argument(call, "number")
-            low, high = narrow(low, high, number, secret)
-            answer = feedback(number, secret, (low, high) if self.show_range else None)
+            answer = feedback(number, secret)
+            low, high = narrow(low, high, number, answer)
+            if self.show_range:
+                answer = feedback(number, secret, (low, high))
             session.inject({"role": "tool", "tool_call_id": call.id, "content": answer})
             if answer == "correct":
                 return SampleResult(SampleStatus.COMPLETED, reward=1.0, metrics={"guesses": turn})
