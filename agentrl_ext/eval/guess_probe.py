@@ -4,7 +4,7 @@ For every secret the expert's binary search is played up to the node where its n
 the secret; the checkpoint then samples its next turn there, ``samples`` times. The table shows,
 per secret, the expert's guesses, the depth and the checkpoint's guesses by count (``bad``: no
 parsable ``guess`` call). A policy that solves depth 3 but not depth 4 shows it at once, and
-two checkpoints side by side show which nodes RL moved (see the README's runs K4 and D1).
+two checkpoints side by side show which nodes RL moved (runs K4 and D1 in docs/learning_runs.md).
 
     python -m agentrl_ext.eval.guess_probe CHECKPOINT [--samples 32] [--temperature 0.7] [--show-range] [--out probe.json]
 """
