@@ -138,6 +138,29 @@ class CrossPolicyConfig:
 
 
 @dataclass
+class TurnCreditConfig:
+    """``agentrl.turn_credit``: a per-turn advantage added to ``task_norm_grpo``'s episode advantage.
+
+    Turns taken in the same state (the same token context: same task prompt, same turns and
+    answers so far) anywhere in the batch form a group; each turn's return is its episode's reward
+    discounted by ``gamma`` per later turn, and its advantage within the group is
+    (return - mean) / (std + eps), as GiGPO's step-level advantage (arXiv 2505.10978). Every token of
+    the turn gets the episode advantage plus ``weight`` times it. Off (``weight`` 0) by default.
+    """
+
+    #: weight of the per-turn advantage (GiGPO's omega); 0 turns it off
+    weight: float = 0.0
+    #: discount per later turn of a turn's return (GiGPO: 0.95)
+    gamma: float = 0.95
+
+    def __post_init__(self) -> None:
+        if not self.weight >= 0.0:
+            raise ValueError(f"agentrl.turn_credit.weight={self.weight} must be >= 0 (0 turns it off)")
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"agentrl.turn_credit.gamma={self.gamma} must be within (0, 1]")
+
+
+@dataclass
 class AsyncPipelineConfig:
     """``agentrl.async_pipeline``: the fully asynchronous pipeline (``trainer.v1.trainer_mode=agentrl_async``)."""
 
@@ -309,6 +332,7 @@ class AgentRLConfig:
     assets: AssetsConfig = field(default_factory=AssetsConfig)
     agent_loop: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     cross_policy: CrossPolicyConfig = field(default_factory=CrossPolicyConfig)
+    turn_credit: TurnCreditConfig = field(default_factory=TurnCreditConfig)
     envs: EnvsConfig = field(default_factory=EnvsConfig)
     async_pipeline: AsyncPipelineConfig = field(default_factory=AsyncPipelineConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)

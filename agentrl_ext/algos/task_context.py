@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 #: the estimator that needs the batch's tasks, and the trainer mode that publishes them
@@ -24,7 +25,21 @@ TRAINER_MODES = (TRAINER_MODE, ASYNC_TRAINER_MODE)
 
 _lock = threading.Lock()
 _tasks: dict[str, str] | None = None
+_turns: BatchTurns | None = None
 _metrics: dict[str, float] = {}
+
+
+@dataclass(frozen=True)
+class BatchTurns:
+    """Per row of the batch (in the estimator's row order): its uid and its turns' states, first
+    token offsets and lengths in the response; with ``agentrl.turn_credit``'s weight and gamma."""
+
+    uids: list[str]
+    states: list[list[str]]
+    offsets: list[list[int]]
+    lengths: list[list[int]]
+    weight: float
+    gamma: float
 
 
 @contextmanager
@@ -54,6 +69,35 @@ def tasks_for(index: Iterable[Any]) -> list[str] | None:
     if missing:
         raise KeyError(f"no task published for uid(s) {missing[:3]} ({len(missing)} missing)")
     return [mapping[u] for u in uids]
+
+
+@contextmanager
+def batch_turns(turns: BatchTurns) -> Iterator[None]:
+    """Publish the batch's per-turn records (``agentrl.turn_credit``) while the block runs."""
+    global _turns
+    with _lock:
+        previous, _turns = _turns, turns
+    try:
+        yield
+    finally:
+        with _lock:
+            _turns = previous
+
+
+def turns_for(index: Iterable[Any]) -> BatchTurns | None:
+    """The published per-turn records, or ``None``; raises ``ValueError`` when their rows are not
+    the given uids in the same order (they would be spread over the wrong samples)."""
+    with _lock:
+        turns = _turns
+    if turns is None:
+        return None
+    uids = [str(u) for u in index]
+    if uids != turns.uids:
+        raise ValueError(
+            f"the published turn records are for {len(turns.uids)} rows whose uids differ from the "
+            f"{len(uids)} rows being estimated; publish them in the batch's row order"
+        )
+    return turns
 
 
 def record_metrics(metrics: Mapping[str, float]) -> None:

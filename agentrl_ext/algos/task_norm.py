@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl_ext.algos import task_context
+from agentrl_ext.algos import task_context, turn_credit
 
 ESTIMATOR_NAME = task_context.ESTIMATOR_NAME
 TASK_NORM_EPS = 1e-6
@@ -196,5 +196,27 @@ def task_norm_grpo_estimator(
     advantages, returns, metrics = compute_task_normalized_advantage(
         token_level_rewards, response_mask, index, tasks, norm_adv_by_std_in_grpo=norm_by_std
     )
+    turns = task_context.turns_for(index)
+    if turns is not None and turns.weight > 0:
+        advantages, turn_metrics = add_turn_credit(
+            advantages, token_level_rewards, response_mask, tasks, turns
+        )
+        metrics.update(turn_metrics)
+        returns = advantages
     task_context.record_metrics(metrics)
     return advantages, returns
+
+
+def add_turn_credit(
+    advantages: torch.Tensor,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    tasks: Sequence[str],
+    turns: task_context.BatchTurns,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``advantages`` plus ``turns.weight`` times each turn's advantage in its state group
+    (:mod:`agentrl_ext.algos.turn_credit`) on the turn's tokens."""
+    rewards = token_level_rewards.sum(dim=-1).tolist()
+    per_turn, metrics = turn_credit.turn_advantages(turns.states, rewards, tasks, turns.gamma)
+    step = turn_credit.spread_over_tokens(per_turn, turns.offsets, turns.lengths, response_mask)
+    return (advantages.to(torch.float64) + turns.weight * step).to(advantages.dtype), metrics

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from enum import Enum
 from typing import Any
 from uuid import uuid4
 
+import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agentrl_ext.config import AgentLoopConfig, agentrl_config
@@ -145,6 +147,11 @@ class EpisodeState:
     turn_policies: list[str] = field(default_factory=list)
     turn_versions: list[int | None] = field(default_factory=list)
     turn_tokens: list[int] = field(default_factory=list)
+    #: per accepted assistant turn: a digest of the token context it was generated from (the
+    #: turn's state; turns of any episodes with equal digests were taken in the same state), and
+    #: the offset of its first token in the response
+    turn_states: list[str] = field(default_factory=list)
+    turn_offsets: list[int] = field(default_factory=list)
     #: generation calls that came back aborted (retried or, after the last retry, dropped)
     aborted_generations: int = 0
     generate_s: float = 0.0
@@ -152,11 +159,18 @@ class EpisodeState:
 
     def add_turn(self, token_ids: list[int], log_probs: list[float] | None, extra: dict[str, Any]) -> None:
         """Record an accepted generation: its tokens in the transcript and its per-turn fields."""
+        self.turn_states.append(context_digest(self.transcript.all_ids))
+        self.turn_offsets.append(len(self.transcript.response_ids))
         self.transcript.add_model_tokens(token_ids, log_probs)
         self.turn_policies.append(str(extra.get("policy", "current")))
         version = extra.get("global_steps")
         self.turn_versions.append(int(version) if version is not None else None)
         self.turn_tokens.append(len(token_ids))
+
+
+def context_digest(token_ids: list[int]) -> str:
+    """A digest of a token context: equal contexts give equal digests in every process."""
+    return hashlib.blake2b(np.asarray(token_ids, dtype=np.int64).tobytes(), digest_size=12).hexdigest()
 
 
 @register(AGENT_NAME)
@@ -386,6 +400,8 @@ class AgentRLAgentLoop(AgentLoopBase):
                 "turn_policies": state.turn_policies,
                 "turn_versions": state.turn_versions,
                 "turn_tokens": state.turn_tokens,
+                "turn_states": state.turn_states,
+                "turn_offsets": state.turn_offsets,
                 "aborted_generations": state.aborted_generations,
                 "env_metrics": state.env_metrics,
                 "seconds": time.perf_counter() - state.started,
@@ -418,6 +434,7 @@ class AgentRLAgentLoop(AgentLoopBase):
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         # nothing of the episode is trained: no turns to attribute to a pool or a version
         state.turn_policies, state.turn_versions, state.turn_tokens, state.env_metrics = [], [], [], {}
+        state.turn_states, state.turn_offsets = [], []
         extra = self._extra(state, failure.status, 0.0, False)
         extra["agentrl"].update(failed=True, failure_kind=failure.kind.value, error=str(failure))
         extra["reward_extra_info"]["failed"] = 1.0

@@ -5,8 +5,9 @@ through :class:`~agentrl_ext.platform.verl_compat.TrainerStepHooks` (the one pla
 verl's private per-step methods) and adds:
 
 - ``around_advantage``: publishes each sample's task (``data_source``) for the
-  ``task_norm_grpo`` estimator (verl passes estimators only the uid), then logs per-task
-  episode metrics and cross-policy metrics for the batch;
+  ``task_norm_grpo`` estimator (verl passes estimators only the uid), and with
+  ``agentrl.turn_credit.weight`` > 0 each sample's turn records (:mod:`agentrl_ext.algos.turn_credit`),
+  then logs per-task episode metrics and cross-policy metrics for the batch;
 - ``after_old_log_prob``: with cross-policy sampling on, logs each pool's importance ratio
   π_θ / π_behaviour at the start of the update (``agentrl/cross_policy/ratio_*``);
 - ``get_llm_client``: with cross-policy sampling on, the agent loops get a client that routes
@@ -19,6 +20,7 @@ verl's private per-step methods) and adds:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections import defaultdict
@@ -33,7 +35,7 @@ from verl.utils.debug import marked_timer
 
 from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
-from agentrl_ext.config import CrossPolicyConfig, agentrl_config
+from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
 from agentrl_ext.platform.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
@@ -133,6 +135,19 @@ class FailedBatches:
         )
 
 
+def batch_turns(samples: dict[str, list[Any]], credit: TurnCreditConfig) -> task_context.BatchTurns:
+    """The per-turn records of a batch (:func:`batch_samples`) for ``agentrl.turn_credit``."""
+    info = [extra.get("agentrl", {}) for extra in samples["extra_fields"]]
+    return task_context.BatchTurns(
+        uids=list(samples["uid"]),
+        states=[list(i.get("turn_states", [])) for i in info],
+        offsets=[[int(o) for o in i.get("turn_offsets", [])] for i in info],
+        lengths=[[int(n) for n in i.get("turn_tokens", [])] for i in info],
+        weight=credit.weight,
+        gamma=credit.gamma,
+    )
+
+
 def _cross_policy_metrics(rewards: list[float], extras: list[dict[str, Any]]) -> dict[str, float]:
     turns = {CURRENT: 0, STALE: 0}
     weighted = {CURRENT: 0.0, STALE: 0.0}
@@ -216,7 +231,11 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     def around_advantage(self, batch: Any, metrics: dict) -> Iterator[None]:
         samples = batch_samples(batch)
         tasks = samples["data_source"]
-        with task_context.batch_tasks(dict(zip(samples["uid"], tasks, strict=True))):
+        credit = agentrl_config(self.config).turn_credit
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(task_context.batch_tasks(dict(zip(samples["uid"], tasks, strict=True))))
+            if credit.weight > 0:
+                stack.enter_context(task_context.batch_turns(batch_turns(samples, credit)))
             yield
         metrics.update(task_context.drain_metrics())
         batch_metrics = episode_metrics(

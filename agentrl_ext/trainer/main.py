@@ -172,6 +172,13 @@ def check_algorithm(config: DictConfig) -> None:
     """``task_norm_grpo`` needs each sample's task, which only our trainer mode publishes."""
     from agentrl_ext.algos.task_context import ESTIMATOR_NAME, TRAINER_MODE, TRAINER_MODES
 
+    weight = AgentRLConfig.from_config(config.get("agentrl")).turn_credit.weight
+    if weight > 0 and str(config.algorithm.adv_estimator) != ESTIMATOR_NAME:
+        raise ValueError(
+            f"agentrl.turn_credit.weight={weight} adds per-turn advantages inside {ESTIMATOR_NAME}, but "
+            f"algorithm.adv_estimator={config.algorithm.adv_estimator}: set algorithm.adv_estimator={ESTIMATOR_NAME} "
+            f"or agentrl.turn_credit.weight=0"
+        )
     if str(config.algorithm.adv_estimator) != ESTIMATOR_NAME:
         return
     mode = config.trainer.get("v1", {}).get("trainer_mode")

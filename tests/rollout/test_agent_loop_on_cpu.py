@@ -189,7 +189,13 @@ def _check_turn_fields(out: Any) -> None:
     """Invariants of every exit: aligned per-turn lists, turn_tokens adding up to the loss mask."""
     info = out.extra_fields["agentrl"]
     assert len(info["turn_tokens"]) == len(info["turn_policies"]) == len(info["turn_versions"])
+    assert len(info["turn_tokens"]) == len(info["turn_states"]) == len(info["turn_offsets"])
     assert sum(info["turn_tokens"]) == sum(out.response_mask)
+    # each turn's span (offset, tokens) is model tokens, and together they are all of them
+    spans = [
+        i for o, n in zip(info["turn_offsets"], info["turn_tokens"], strict=True) for i in range(o, o + n)
+    ]
+    assert spans == [i for i, m in enumerate(out.response_mask) if m]
     assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs)
     assert set(out.response_mask) <= {0, 1}
 
@@ -223,6 +229,7 @@ def _assert_dropped(out: Any, kind: str, status: str, reason: str) -> None:
     assert info["failed"] is True and info["failure_kind"] == kind and info["status"] == status
     assert reason in info["error"]
     assert info["turn_tokens"] == info["turn_policies"] == info["turn_versions"] == []
+    assert info["turn_states"] == info["turn_offsets"] == []
     assert out.extra_fields["reward_extra_info"]["failed"] == 1.0
     assert out.extra_fields["min_global_steps"] == out.extra_fields["max_global_steps"] == 9
 
@@ -246,8 +253,20 @@ def test_finish_completed_tokens_mask_and_turn_fields_on_cpu(tokenizer, ids, mon
     assert info["status"] == "completed" and info["success"] is True
     assert info["failed"] is False and info["failure_kind"] is None
     assert info["turn_tokens"] == [len(g1), len(g2), len(g3)]
+    glue1, glue2 = len(ids(tool_turn("a b c"))), len(ids(tool_turn("3")))
+    assert info["turn_offsets"] == [0, len(g1) + glue1, len(g1) + glue1 + len(g2) + glue2]
     assert info["turn_policies"] == ["current"] * 3 and info["turn_versions"] == [VERSION] * 3
     assert info["aborted_generations"] == 0
+    # a turn's state names its context: three different contexts, and the same ones again when
+    # the same episode is played again (in another loop object)
+    assert len(set(info["turn_states"])) == 3
+    again = [tool_reply("a b c"), tool_reply("3"), finish(reward=1.0)]
+    replay = _run(
+        _loop(tokenizer, ScriptedModel(tokenizer, [CALL_LS, CALL_WC, ANSWER])),
+        FakeController(again),
+        monkeypatch,
+    )
+    assert replay.extra_fields["agentrl"]["turn_states"] == info["turn_states"]
     assert out.extra_fields["min_global_steps"] == out.extra_fields["max_global_steps"] == VERSION
     sent = controller.received[0][0]
     assert sent["tool_calls"][0]["function"] == {"name": "bash_action", "arguments": '{"script": "ls"}'}

@@ -53,3 +53,13 @@ def test_async_mode_rejects_what_it_cannot_run_naming_the_fix_on_cpu(async_confi
 def test_task_norm_grpo_still_refuses_verls_own_trainer_modes_on_cpu(async_config):
     with pytest.raises(ValueError, match="agentrl_sync \\(or agentrl_async\\)"):
         check_algorithm(_with(async_config, **{"trainer.v1.trainer_mode": "colocate_async"}))
+
+
+def test_turn_credit_names_the_estimator_it_needs_on_cpu(async_config):
+    credit = {"agentrl.turn_credit.weight": 1.0}
+    check_algorithm(_with(async_config, **credit))  # task_norm_grpo: fine
+    with pytest.raises(
+        ValueError, match="agentrl.turn_credit.weight=1.0 .* set algorithm.adv_estimator=task_norm_grpo"
+    ):
+        check_algorithm(_with(async_config, **credit, **{"algorithm.adv_estimator": "grpo"}))
+    check_algorithm(_with(async_config, **{"algorithm.adv_estimator": "grpo"}))  # off: grpo stays allowed

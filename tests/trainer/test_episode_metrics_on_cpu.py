@@ -86,3 +86,20 @@ def test_max_failed_batches_must_be_positive_on_cpu():
 
     with pytest.raises(ValueError, match="max_failed_batches=0 must be >= 1"):
         AgentRLConfig.from_config({"agent_loop": {"max_failed_batches": 0}})
+
+
+def test_batch_turns_take_each_rows_turn_records_in_row_order_on_cpu():
+    from agentrl_ext.config import TurnCreditConfig
+    from agentrl_ext.trainer.agentrl_trainer import batch_turns
+
+    extras = [
+        {"agentrl": {"turn_states": ["a", "b"], "turn_offsets": [0, 7], "turn_tokens": [3, 2]}},
+        {"agentrl": {"turn_states": [], "turn_offsets": [], "turn_tokens": [], "failed": True}},
+        {},  # a row without the agent loop's fields: no turns
+    ]
+    samples = {"uid": ["u1", "u1", "u2"], "extra_fields": extras}
+    turns = batch_turns(samples, TurnCreditConfig(weight=0.5, gamma=0.9))
+    assert turns.uids == ["u1", "u1", "u2"]
+    assert turns.states == [["a", "b"], [], []]
+    assert turns.offsets == [[0, 7], [], []] and turns.lengths == [[3, 2], [], []]
+    assert (turns.weight, turns.gamma) == (0.5, 0.9)

@@ -1,0 +1,109 @@
+"""Per-turn credit: an advantage for each turn from the turns taken in the same state.
+
+``task_norm_grpo`` gives every token of an episode the same advantage, so a multi-turn episode's
+right and wrong turns are pushed together. Here turns taken in the same state (the same token
+context: the same prompt, the same turns and answers before them) anywhere in the batch form a
+group, as GiGPO's anchor-state groups (arXiv 2505.10978, "step-level advantage"). A turn's
+return is its episode's reward discounted by ``gamma`` for each later turn of the episode,
+
+    G_t = gamma ** (T - 1 - t) * R     (turn t of T, reward R at the end)
+
+and its advantage within its group of two or more is (G_t - mean) / (std + eps), the group's
+sample std, as GRPO's. A group of one, or whose returns are all equal, gives 0. Each token of the
+turn gets the episode advantage plus ``weight`` times the turn's (:mod:`agentrl_ext.algos.task_norm`).
+
+The agent loop records per turn the digest of its context and the offset of its first token in
+the response (``extra_fields["agentrl"]["turn_states"]``, ``["turn_offsets"]``, with
+``["turn_tokens"]``); :mod:`agentrl_ext.algos.task_context` brings them to the estimator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+EPS = 1e-6
+#: returns spread by at most this much (times max(1, |largest|)) count as all equal
+FLAT_TOL = 1e-6
+
+
+def turn_returns(num_turns: int, reward: float, gamma: float) -> list[float]:
+    """Each turn's return: ``reward`` discounted by ``gamma`` per later turn."""
+    return [reward * gamma ** (num_turns - 1 - t) for t in range(num_turns)]
+
+
+def turn_advantages(
+    states: Sequence[Sequence[str]],
+    rewards: Sequence[float],
+    tasks: Sequence[str],
+    gamma: float,
+    eps: float = EPS,
+) -> tuple[list[list[float]], dict[str, float]]:
+    """Per row, per turn: the turn's advantage within its state group; and per-task metrics."""
+    if not len(states) == len(rewards) == len(tasks):
+        raise ValueError(
+            f"turn states for {len(states)} rows, rewards for {len(rewards)}, tasks for {len(tasks)}"
+        )
+    returns = [turn_returns(len(row), float(r), gamma) for row, r in zip(states, rewards, strict=True)]
+    groups: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for row, (task, row_states) in enumerate(zip(tasks, states, strict=True)):
+        for turn, state in enumerate(row_states):
+            groups.setdefault((str(task), str(state)), []).append((row, turn))
+    out = [[0.0] * len(row) for row in states]
+    shared: dict[str, int] = {}
+    informative: dict[str, int] = {}
+    for (task, _state), members in groups.items():
+        if len(members) < 2:
+            continue
+        values = np.asarray([returns[r][t] for r, t in members], dtype=np.float64)
+        shared[task] = shared.get(task, 0) + len(members)
+        if float(values.max() - values.min()) <= FLAT_TOL * max(1.0, float(np.abs(values).max())):
+            continue
+        normed = (values - values.mean()) / (values.std(ddof=1) + eps)
+        for (r, t), value in zip(members, normed, strict=True):
+            out[r][t] = float(value)
+        informative[task] = informative.get(task, 0) + len(members)
+    metrics: dict[str, float] = {}
+    for task in sorted({str(t) for t in tasks}):
+        turns = sum(len(s) for s, t in zip(states, tasks, strict=True) if str(t) == task)
+        prefix = f"agentrl/task/{task}/turn_credit/"
+        # turns whose state another turn of the batch shared, and those whose group's returns differ
+        metrics[prefix + "shared_turns"] = shared.get(task, 0) / turns if turns else 0.0
+        metrics[prefix + "informative_turns"] = informative.get(task, 0) / turns if turns else 0.0
+    return out, metrics
+
+
+def spread_over_tokens(
+    per_turn: Sequence[Sequence[float]],
+    offsets: Sequence[Sequence[int]],
+    lengths: Sequence[Sequence[int]],
+    response_mask: torch.Tensor,
+) -> torch.Tensor:
+    """A ``response_mask``-shaped tensor: each turn's value on its tokens (``offsets``, ``lengths``
+    in the response), 0 elsewhere and wherever the mask is 0.
+
+    Raises ``ValueError`` when a token of the mask lies in no turn: the records do not describe
+    these rows (the mask may lose tokens, e.g. to rejection sampling, but never gains any).
+    """
+    out = torch.zeros(response_mask.shape, dtype=torch.float64)
+    covered = torch.zeros(response_mask.shape, dtype=torch.bool)
+    width = response_mask.shape[1]
+    for row, (values, starts, counts) in enumerate(zip(per_turn, offsets, lengths, strict=True)):
+        if not len(values) == len(starts) == len(counts):
+            raise ValueError(
+                f"row {row}: {len(values)} turn values, {len(starts)} offsets, {len(counts)} lengths"
+            )
+        for value, start, count in zip(values, starts, counts, strict=True):
+            end = min(start + count, width)  # a turn cut off by the response length keeps its head
+            out[row, start:end] = value
+            covered[row, start:end] = True
+    stray = response_mask.bool() & ~covered
+    if bool(stray.any()):
+        row = int(torch.nonzero(stray)[0, 0])
+        raise ValueError(
+            f"row {row}: {int(stray[row].sum())} loss-mask token(s) lie in none of its recorded turns; "
+            "the turn records are not this batch's rows"
+        )
+    return out * response_mask.to(torch.float64)
