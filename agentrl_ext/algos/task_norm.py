@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl_ext.algos import task_context, turn_credit
+from agentrl_ext.algos import task_context
 
 ESTIMATOR_NAME = task_context.ESTIMATOR_NAME
 TASK_NORM_EPS = 1e-6
@@ -42,7 +42,7 @@ TASK_NORM_EPS = 1e-6
 FLAT_TOL = 1e-6
 
 
-def _is_flat(values: torch.Tensor) -> bool:
+def is_flat(values: torch.Tensor) -> bool:
     """Whether ``values`` (non-empty) are all equal up to rounding noise."""
     spread = float(values.max() - values.min())
     return spread <= FLAT_TOL * max(1.0, float(values.abs().max()))
@@ -76,7 +76,7 @@ def _grpo(
             out[rows] = group / (1.0 + epsilon) if norm_adv_by_std_in_grpo else group
             informative[rows] = True
             continue
-        if _is_flat(group):
+        if is_flat(group):
             continue  # zero spread: no signal, exactly 0
         centred = group - group.mean()
         out[rows] = centred / (group.std(correction=1) + epsilon) if norm_adv_by_std_in_grpo else centred
@@ -116,7 +116,7 @@ def normalize_per_task(
             continue
         values64 = values.to(torch.float64)
         mu, sigma = values64.mean(), values64.std(correction=0)
-        if not _is_flat(values64):  # a task with zero spread (e.g. all groups flat) stays exactly 0
+        if not is_flat(values64):  # a task with zero spread (e.g. all groups flat) stays exactly 0
             out[sel] = ((values64 - mu) / (sigma + eps)).to(out.dtype)
         after = out[sel]
         stats[task] = {
@@ -198,6 +198,8 @@ def task_norm_grpo_estimator(
     )
     turns = task_context.turns_for(index)
     if turns is not None and turns.weight > 0:
+        from agentrl_ext.algos.turn_credit import add_turn_credit  # it builds on this module
+
         advantages, turn_metrics = add_turn_credit(
             advantages, token_level_rewards, response_mask, tasks, turns
         )
@@ -205,18 +207,3 @@ def task_norm_grpo_estimator(
         returns = advantages
     task_context.record_metrics(metrics)
     return advantages, returns
-
-
-def add_turn_credit(
-    advantages: torch.Tensor,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    tasks: Sequence[str],
-    turns: task_context.BatchTurns,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """``advantages`` plus ``turns.weight`` times each turn's advantage in its state group
-    (:mod:`agentrl_ext.algos.turn_credit`) on the turn's tokens."""
-    rewards = token_level_rewards.sum(dim=-1).tolist()
-    per_turn, metrics = turn_credit.turn_advantages(turns.states, rewards, tasks, turns.gamma)
-    step = turn_credit.spread_over_tokens(per_turn, turns.offsets, turns.lengths, response_mask)
-    return (advantages.to(torch.float64) + turns.weight * step).to(advantages.dtype), metrics

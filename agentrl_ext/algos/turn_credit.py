@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
+from agentrl_ext.algos.task_context import BatchTurns
+from agentrl_ext.algos.task_norm import is_flat
+
 EPS = 1e-6
-#: returns spread by at most this much (times max(1, |largest|)) count as all equal
-FLAT_TOL = 1e-6
 
 
 def turn_returns(num_turns: int, reward: float, gamma: float) -> list[float]:
@@ -57,12 +57,12 @@ def turn_advantages(
     for (task, _state), members in groups.items():
         if len(members) < 2:
             continue
-        values = np.asarray([returns[r][t] for r, t in members], dtype=np.float64)
+        values = torch.tensor([returns[r][t] for r, t in members], dtype=torch.float64)
         shared[task] = shared.get(task, 0) + len(members)
-        if float(values.max() - values.min()) <= FLAT_TOL * max(1.0, float(np.abs(values).max())):
+        if is_flat(values):  # equal returns (up to rounding): no signal, exactly 0
             continue
-        normed = (values - values.mean()) / (values.std(ddof=1) + eps)
-        for (r, t), value in zip(members, normed, strict=True):
+        normed = (values - values.mean()) / (values.std(correction=1) + eps)
+        for (r, t), value in zip(members, normed.tolist(), strict=True):
             out[r][t] = float(value)
         informative[task] = informative.get(task, 0) + len(members)
     metrics: dict[str, float] = {}
@@ -107,3 +107,18 @@ def spread_over_tokens(
             "the turn records are not this batch's rows"
         )
     return out * response_mask.to(torch.float64)
+
+
+def add_turn_credit(
+    advantages: torch.Tensor,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    tasks: Sequence[str],
+    turns: BatchTurns,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``advantages`` plus ``turns.weight`` times each turn's advantage in its state group on the
+    turn's tokens; and the per-task metrics."""
+    rewards = token_level_rewards.sum(dim=-1).tolist()
+    per_turn, metrics = turn_advantages(turns.states, rewards, tasks, turns.gamma)
+    step = spread_over_tokens(per_turn, turns.offsets, turns.lengths, response_mask)
+    return (advantages.to(torch.float64) + turns.weight * step).to(advantages.dtype), metrics
