@@ -42,7 +42,7 @@ TASK_NORM_EPS = 1e-6
 FLAT_TOL = 1e-6
 
 
-def is_flat(values: torch.Tensor) -> bool:
+def _is_flat(values: torch.Tensor) -> bool:
     """Whether ``values`` (non-empty) are all equal up to rounding noise."""
     spread = float(values.max() - values.min())
     return spread <= FLAT_TOL * max(1.0, float(values.abs().max()))
@@ -57,13 +57,14 @@ def grpo_outcome_advantage(
     group of one sample has mean 0 and std 1 (its advantage is its reward; task normalization then
     centres it). Unlike verl, a group of two or more whose rewards are all equal gets exactly 0.
     """
-    return _grpo(scores, index, epsilon, norm_adv_by_std_in_grpo)[0]
+    return group_advantages(scores, index, epsilon, norm_adv_by_std_in_grpo)[0]
 
 
-def _grpo(
-    scores: torch.Tensor, index: Sequence[Any], epsilon: float, norm_adv_by_std_in_grpo: bool
+def group_advantages(
+    scores: torch.Tensor, index: Sequence[Any], epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(GRPO advantages, which samples are informative: not in a flat group of two or more)."""
+    """(GRPO advantages as :func:`grpo_outcome_advantage`, which values are informative: not in a
+    flat group of two or more). Also the per-turn credit's rule within a state group."""
     values = scores.detach().to(torch.float64)
     out = torch.zeros_like(values)
     informative = torch.zeros(values.shape[0], dtype=torch.bool)
@@ -76,7 +77,7 @@ def _grpo(
             out[rows] = group / (1.0 + epsilon) if norm_adv_by_std_in_grpo else group
             informative[rows] = True
             continue
-        if is_flat(group):
+        if _is_flat(group):
             continue  # zero spread: no signal, exactly 0
         centred = group - group.mean()
         out[rows] = centred / (group.std(correction=1) + epsilon) if norm_adv_by_std_in_grpo else centred
@@ -116,7 +117,7 @@ def normalize_per_task(
             continue
         values64 = values.to(torch.float64)
         mu, sigma = values64.mean(), values64.std(correction=0)
-        if not is_flat(values64):  # a task with zero spread (e.g. all groups flat) stays exactly 0
+        if not _is_flat(values64):  # a task with zero spread (e.g. all groups flat) stays exactly 0
             out[sel] = ((values64 - mu) / (sigma + eps)).to(out.dtype)
         after = out[sel]
         stats[task] = {
@@ -148,7 +149,7 @@ def compute_task_normalized_advantage(
     informative = torch.zeros(token_level_rewards.shape[0], dtype=torch.bool)
     if bool(alive.any()):
         rows = torch.nonzero(alive).flatten()
-        per_sample, informative[rows] = _grpo(
+        per_sample, informative[rows] = group_advantages(
             token_level_rewards[rows].sum(dim=-1),
             np.asarray(index, dtype=object)[rows.numpy()].tolist(),
             epsilon,

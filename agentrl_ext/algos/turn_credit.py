@@ -19,12 +19,13 @@ the response (``extra_fields["agentrl"]["turn_states"]``, ``["turn_offsets"]``, 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import torch
 
 from agentrl_ext.algos.task_context import BatchTurns
-from agentrl_ext.algos.task_norm import is_flat
+from agentrl_ext.algos.task_norm import group_advantages
 
 EPS = 1e-6
 
@@ -46,25 +47,26 @@ def turn_advantages(
         raise ValueError(
             f"turn states for {len(states)} rows, rewards for {len(rewards)}, tasks for {len(tasks)}"
         )
+    # every turn, flattened: its (task, state) group and its return
+    where = [(row, turn) for row, row_states in enumerate(states) for turn in range(len(row_states))]
+    keys = [(str(tasks[row]), str(states[row][turn])) for row, turn in where]
     returns = [turn_returns(len(row), float(r), gamma) for row, r in zip(states, rewards, strict=True)]
-    groups: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for row, (task, row_states) in enumerate(zip(tasks, states, strict=True)):
-        for turn, state in enumerate(row_states):
-            groups.setdefault((str(task), str(state)), []).append((row, turn))
+    values, signal = group_advantages(
+        torch.tensor([returns[row][turn] for row, turn in where], dtype=torch.float64), keys, eps
+    )
+    sizes = Counter(keys)
     out = [[0.0] * len(row) for row in states]
-    shared: dict[str, int] = {}
-    informative: dict[str, int] = {}
-    for (task, _state), members in groups.items():
-        if len(members) < 2:
+    shared: Counter[str] = Counter()
+    informative: Counter[str] = Counter()
+    for (row, turn), key, value, has_signal in zip(
+        where, keys, values.tolist(), signal.tolist(), strict=True
+    ):
+        if sizes[key] < 2:  # a state no other turn was taken in: nothing to compare with
             continue
-        values = torch.tensor([returns[r][t] for r, t in members], dtype=torch.float64)
-        shared[task] = shared.get(task, 0) + len(members)
-        if is_flat(values):  # equal returns (up to rounding): no signal, exactly 0
-            continue
-        normed = (values - values.mean()) / (values.std(correction=1) + eps)
-        for (r, t), value in zip(members, normed.tolist(), strict=True):
-            out[r][t] = float(value)
-        informative[task] = informative.get(task, 0) + len(members)
+        shared[key[0]] += 1
+        if has_signal:
+            out[row][turn] = float(value)
+            informative[key[0]] += 1
     metrics: dict[str, float] = {}
     for task in sorted({str(t) for t in tasks}):
         turns = sum(len(s) for s, t in zip(states, tasks, strict=True) if str(t) == task)
