@@ -247,6 +247,9 @@ class SFTConfig:
     #: a careless expert per task: {task: epsilon} plays a random move (the task's
     #: ``random_action``) with probability epsilon each turn; imperfect demonstrations RL can beat
     expert_noise: dict[str, float] = field(default_factory=dict)
+    #: the careless move per task ({task: name}): ``<name>_action`` of the task's expert module;
+    #: ``random`` (the default) or one the module adds, e.g. guess's ``habit`` (always the same number)
+    careless_move: dict[str, str] = field(default_factory=dict)
     #: optimizer steps
     steps: int = 60
     #: episodes per optimizer step

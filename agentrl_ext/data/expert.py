@@ -12,8 +12,10 @@ what an agent loop would have seen.
         episode.messages, episode.tools, episode.reward, episode.status
 
 A careless demonstrator (:func:`noisy_policy`) plays the expert's move except, with probability
-``epsilon`` per turn, a random one (``random_action(messages, rng)`` next to the expert in its
-module): imperfect demonstrations for a warm start that RL should improve on.
+``epsilon`` per turn, a careless one: ``<move>_action(messages, rng)`` next to the expert in its
+module, ``random_action`` (a random move) by default, or another the module defines (guess's
+``habit_action``: always the same number). Imperfect demonstrations for a warm start that RL
+should improve on.
 """
 
 from __future__ import annotations
@@ -56,20 +58,20 @@ def expert_policy(task: str) -> ExpertPolicy:
     return policy
 
 
-def has_random_action(task: str) -> bool:
-    """Whether ``task``'s expert module defines ``random_action`` (needed by :func:`noisy_policy`)."""
-    return callable(_from_expert_module(task, "random_action"))
+def has_careless_action(task: str, move: str = "random") -> bool:
+    """Whether ``task``'s expert module defines ``<move>_action`` (needed by :func:`noisy_policy`)."""
+    return callable(_from_expert_module(task, f"{move}_action"))
 
 
-def noisy_policy(task: str, epsilon: float, rng: random.Random) -> ExpertPolicy:
+def noisy_policy(task: str, epsilon: float, rng: random.Random, move: str = "random") -> ExpertPolicy:
     """``task``'s expert, except that each turn with probability ``epsilon`` it plays
-    ``random_action(messages, rng)`` from the expert's module (drawn with ``rng``)."""
+    ``<move>_action(messages, rng)`` from the expert's module (drawn with ``rng``)."""
     if not 0.0 <= epsilon <= 1.0:
         raise ValueError(f"noisy_policy: epsilon must be in [0, 1], got {epsilon!r}")
     expert = expert_policy(task)
-    careless = _from_expert_module(task, "random_action")
+    careless = _from_expert_module(task, f"{move}_action")
     if epsilon > 0 and not callable(careless):
-        raise ValueError(f"task {task!r}: its expert module has no random_action(messages, rng)")
+        raise ValueError(f"task {task!r}: its expert module has no {move}_action(messages, rng)")
 
     def policy(messages: list[dict[str, Any]]) -> dict[str, Any]:
         if rng.random() < epsilon:
@@ -133,11 +135,13 @@ async def play_expert_episodes(
     policy: ExpertPolicy | None = None,
     epsilon: float = 0.0,
     seed: int = 0,
+    move: str = "random",
 ) -> list[ExpertEpisode]:
     """Play every index of ``indices`` (in that order), ``concurrency`` sessions at a time.
 
-    ``epsilon`` > 0 plays :func:`noisy_policy` instead of the expert, with a random stream per
-    index seeded by ``seed``, ``task`` and the index (the same episodes at any ``concurrency``).
+    ``epsilon`` > 0 plays :func:`noisy_policy` (careless ``move``) instead of the expert, with a
+    random stream per index seeded by ``seed``, ``task`` and the index (the same episodes at any
+    ``concurrency``).
     """
     if policy is not None and epsilon > 0:
         raise ValueError("play_expert_episodes: pass a policy or an epsilon, not both")
@@ -148,7 +152,7 @@ async def play_expert_episodes(
         async def one(index: SampleIndex) -> ExpertEpisode:
             chosen = policy
             if epsilon > 0:
-                chosen = noisy_policy(task, epsilon, random.Random(f"{seed}:{task}:{index}"))
+                chosen = noisy_policy(task, epsilon, random.Random(f"{seed}:{task}:{index}"), move)
             async with gate:
                 return await play_expert_episode(client, task, index, chosen)
 

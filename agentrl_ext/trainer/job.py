@@ -223,7 +223,7 @@ def _stop_on_sigterm() -> None:
 def _warm_start(
     config: DictConfig, agentrl: AgentRLConfig, controller_url: str, tasks: list[str], run_dir: Path
 ) -> None:
-    from agentrl_ext.data.expert import EXPERTS, has_random_action
+    from agentrl_ext.data.expert import EXPERTS, has_careless_action
     from agentrl_ext.platform import cpu_platform_active
     from agentrl_ext.trainer.sft import run_sft, write_expert_dataset
 
@@ -234,11 +234,24 @@ def _warm_start(
             f"(known: {', '.join(sorted(EXPERTS))}); set agentrl.sft.tasks or turn the warm start off"
         )
     careless = {t: e for t, e in agentrl.sft.expert_noise.items() if e > 0}
-    wrong = sorted(t for t in careless if t not in sft_tasks or not has_random_action(t))
-    if wrong:
+    moves = dict(agentrl.sft.careless_move)
+    problems = []
+    for task in sorted(careless):
+        move = moves.get(task, "random")
+        if task not in sft_tasks:
+            problems.append(f"{task} (not a warm-start task; those are {sft_tasks})")
+        elif not has_careless_action(task, move):
+            problems.append(f"{task} (its expert module has no {move}_action)")
+    if problems:
         raise ValueError(
-            f"agentrl.sft.expert_noise names {wrong}: not a warm-start task with a random_action "
-            f"in its expert module (warm-start tasks: {sft_tasks}); remove them"
+            f"agentrl.sft.expert_noise names {', '.join(problems)}: remove them or fix "
+            "agentrl.sft.careless_move"
+        )
+    unused = sorted(set(moves) - set(careless))
+    if unused:
+        raise ValueError(
+            f"agentrl.sft.careless_move names {unused} but agentrl.sft.expert_noise gives them no "
+            "epsilon > 0; set agentrl.sft.expert_noise for them or remove them"
         )
     files = write_expert_dataset(
         controller_url,
@@ -247,6 +260,7 @@ def _warm_start(
         run_dir / "sft" / "data",
         noise=careless,
         seed=agentrl.sft.seed,
+        moves=moves,
     )
     base = Path(str(config.actor_rollout_ref.model.path))
     weights = run_sft(base, files, run_dir / "sft", agentrl.sft, cpu=cpu_platform_active())

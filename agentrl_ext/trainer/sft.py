@@ -73,13 +73,20 @@ def _clean(value: Any) -> Any:
 
 
 def expert_rows(
-    controller_url: str, task: str, count: int, concurrency: int = 16, epsilon: float = 0.0, seed: int = 0
+    controller_url: str,
+    task: str,
+    count: int,
+    concurrency: int = 16,
+    epsilon: float = 0.0,
+    seed: int = 0,
+    move: str = "random",
 ) -> list[dict[str, Any]]:
     """``count`` expert episodes of ``task``'s advertised (train) indices, as SFT rows.
 
     Only episodes the expert won (status ``completed``, reward > 0) are kept; the indices are the
     first ``count`` of the controller's ``get_indices`` for ``task``. ``epsilon`` > 0: a careless
-    expert plays (a random move with that probability per turn; ``agentrl_ext.data.expert.noisy_policy``).
+    expert plays (its careless ``move``, ``random`` by default, with that probability per turn;
+    ``agentrl_ext.data.expert.noisy_policy``).
     """
     import httpx
 
@@ -95,7 +102,7 @@ def expert_rows(
     indices = list(response.json())[:count]
     episodes = asyncio.run(
         play_expert_episodes(
-            controller_url, task, indices, concurrency=concurrency, epsilon=epsilon, seed=seed
+            controller_url, task, indices, concurrency=concurrency, epsilon=epsilon, seed=seed, move=move
         )
     )
     won = [e for e in episodes if e.status == SampleStatus.COMPLETED and e.reward > 0]
@@ -122,10 +129,12 @@ def write_expert_dataset(
     out_dir: str | Path,
     noise: Mapping[str, float] | None = None,
     seed: int = 0,
+    moves: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Write ``<out_dir>/<task>.parquet`` of expert episodes for every task; returns the paths.
 
-    ``noise`` maps a task to the careless expert's ``epsilon`` (see :func:`expert_rows`)."""
+    ``noise`` maps a task to the careless expert's ``epsilon``, ``moves`` to its careless move
+    (default ``random``; see :func:`expert_rows`)."""
     import pandas as pd
 
     out = Path(out_dir)
@@ -133,12 +142,13 @@ def write_expert_dataset(
     paths = []
     for task in tasks:
         epsilon = float((noise or {}).get(task, 0.0))
-        rows = expert_rows(controller_url, task, episodes_per_task, epsilon=epsilon, seed=seed)
+        move = (moves or {}).get(task, "random")
+        rows = expert_rows(controller_url, task, episodes_per_task, epsilon=epsilon, seed=seed, move=move)
         if not rows:
             raise RuntimeError(f"no expert episode of task {task!r} was won: nothing to train on")
         path = out / f"{task}.parquet"
         pd.DataFrame(rows).to_parquet(path)
-        careless = f" (careless expert, epsilon {epsilon})" if epsilon else ""
+        careless = f" (careless expert, epsilon {epsilon}, {move} moves)" if epsilon else ""
         logger.info("SFT data: %d expert episodes of %s%s -> %s", len(rows), task, careless, path)
         paths.append(path)
     return paths

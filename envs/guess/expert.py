@@ -30,3 +30,10 @@ def random_action(messages: list[dict[str, Any]], rng: random.Random) -> dict[st
     """A guess drawn uniformly from the opening's range (what a careless player does)."""
     low, high = _range(messages)
     return tool_call_message("guess", {"number": rng.randint(low, high)}, len(tool_exchanges(messages)))
+
+
+def habit_action(messages: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
+    """The top of the opening's range, every time (a player with a lucky number: a habit, the same
+    move in every state, where :func:`random_action` is noise)."""
+    _, high = _range(messages)
+    return tool_call_message("guess", {"number": high}, len(tool_exchanges(messages)))

@@ -173,6 +173,21 @@ def test_expert_noise_on_a_task_without_random_moves_is_refused_before_playing_o
     config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": str(tmp_path)}}})
     # no controller listens at this URL: the error must come before any episode is played
     with pytest.raises(
-        ValueError, match=r"expert_noise names \['calc'\]: not a warm-start task with a random_action"
+        ValueError, match=r"expert_noise names calc \(its expert module has no random_action\)"
     ):
         _warm_start(config, agentrl, "http://127.0.0.1:9/api", ["guess", "calc"], tmp_path)
+    for sft, message in [
+        # a careless move the task's expert module does not define
+        (
+            {"expert_noise": {"guess": 0.3}, "careless_move": {"guess": "lazy"}},
+            r"expert_noise names guess \(its expert module has no lazy_action\)",
+        ),
+        # a careless move for a task without an epsilon would silently do nothing
+        (
+            {"expert_noise": {"guess": 0.3}, "careless_move": {"gridroom": "random"}},
+            r"careless_move names \['gridroom'\] but agentrl.sft.expert_noise gives them no epsilon",
+        ),
+    ]:
+        agentrl = AgentRLConfig.from_config({"sft": {"enable": True, **sft}})
+        with pytest.raises(ValueError, match=message):
+            _warm_start(config, agentrl, "http://127.0.0.1:9/api", ["guess", "gridroom"], tmp_path)

@@ -17,7 +17,7 @@ from agentrl_ext.envs.procedural import TRAIN_START, tool_call_message
 
 from agentrl_ext.data.expert import (
     expert_policy,
-    has_random_action,
+    has_careless_action,
     noisy_policy,
     play_expert_episode,
     play_expert_episodes,
@@ -188,4 +188,28 @@ def test_careless_expert_refuses_a_task_without_random_moves_and_bad_rates_on_cp
     with pytest.raises(ValueError, match="epsilon"):
         noisy_policy("guess", 1.5, random.Random(0))
     assert noisy_policy("calc", 0.0, random.Random(0)) is not None  # epsilon 0: the expert itself
-    assert has_random_action("guess") and has_random_action("gridroom") and not has_random_action("calc")
+    assert (
+        has_careless_action("guess") and has_careless_action("gridroom") and not has_careless_action("calc")
+    )
+    assert has_careless_action("guess", "habit") and not has_careless_action("gridroom", "habit")
+    with pytest.raises(ValueError, match="habit_action"):
+        noisy_policy("gridroom", 0.3, random.Random(0), "habit")
+
+
+async def test_careless_habit_plays_the_top_of_the_range_or_the_expert_on_cpu(controller_api):
+    indices = list(range(20))
+    noisy = await play_expert_episodes(controller_api, "guess", indices, epsilon=0.5, seed=3, move="habit")
+    expert, habits, turns = expert_policy("guess"), 0, 0
+    for episode in noisy:
+        for position, message in enumerate(episode.messages):
+            if message["role"] != "assistant":
+                continue
+            turns += 1
+            number = json.loads(message["tool_calls"][0]["function"]["arguments"])["number"]
+            expert_number = json.loads(
+                expert(episode.messages[:position])["tool_calls"][0]["function"]["arguments"]
+            )["number"]
+            # the worker's guess range is 1..16: a careless turn guesses 16, every other the expert's number
+            assert number in (16, expert_number), (number, expert_number)
+            habits += number == 16 != expert_number
+    assert 0.2 < habits / turns < 0.7, (habits, turns)
