@@ -42,6 +42,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
 PRIVATE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("verl.workers.rollout.replica.RolloutReplica", "_server_handle"),
     ("verl.workers.rollout.replica.RolloutReplica", "_server_address"),
+    ("verl.trainer.ppo.v1.trainer_base.PPOTrainer", "_enable_hybrid_replicas"),
 )
 
 #: verl conventions we parse (not API): name -> what we rely on
@@ -420,3 +421,13 @@ def submit_prompts(trainer: Any, num_prompts: int) -> int:
     if num_prompts <= 0:
         return 0
     return int(trainer._add_prompts_to_generate(num_prompts))
+
+
+def without_colocated_rollout(trainer: Any) -> None:
+    """Build verl's v1 trainer (``trainer``, before its ``init()``) without rollout replicas on the
+    actor's devices: its workers then only train (role ``actor``, plus a ``ref`` group where a
+    reference policy is needed) and its ``llm_server_manager`` is empty, for a rollout served by
+    standalone replicas. verl's ``separate_async`` trainer does the same for
+    ``actor_rollout_ref.hybrid_engine=false``: ``PPOTrainer._setup`` and
+    ``_init_resource_pool_mgr`` read ``self._enable_hybrid_replicas``."""
+    trainer._enable_hybrid_replicas = False

@@ -14,7 +14,7 @@ verl's private per-step methods) and adds:
   every generation call to the current or the stale pool;
 - ``on_init_end`` / ``on_step_end``: the stale pool is launched and takes the actor's weights at
   start, then again every ``stale_step`` steps, through verl's checkpoint engine
-  (:mod:`agentrl_ext.rollout.stale_pool`). It is refreshed before verl's own hook wakes the current
+  (:mod:`agentrl_ext.rollout.standalone_pool`). It is refreshed before verl's own hook wakes the current
   pool, so on GPUs the transfer runs while the colocated replicas still sleep.
 """
 
@@ -38,7 +38,7 @@ from agentrl_ext.algos.off_policy import pool_ratio_metrics
 from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
 from agentrl_ext.platform.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
-from agentrl_ext.rollout.stale_pool import StalePool, refresh_due
+from agentrl_ext.rollout.standalone_pool import StandalonePool, refresh_due
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     actor_rollout_wg: Any
     timing_raw: dict
 
-    stale_pool: StalePool | None = None
+    stale_pool: StandalonePool | None = None
 
     @functools.cached_property
     def _cross_policy(self) -> CrossPolicyConfig:
@@ -210,7 +210,7 @@ class AgentRLTrainerHooks(TrainerStepHooks):
         cross = self._cross_policy
         if cross.enable and self.stale_pool is None:
             start_rank = len(self.llm_server_manager.get_replicas())
-            self.stale_pool = StalePool.create(
+            self.stale_pool = StandalonePool.create(
                 self.config, cross.stale_replicas, start_rank, self.actor_rollout_wg
             )
             self.stale_pool.refresh(self.global_steps)

@@ -87,16 +87,23 @@ Differences from verl's fully async, and why: one trainer process and verl's own
 (``main_ppo`` with a trainer mode) instead of a separate ``fully_async_main``, so every
 AgentRL hook of ``agentrl_sync`` applies unchanged; groups, not samples, are the unit of the
 buffer (GRPO needs whole groups); batch size varies (AgentRL); staleness is per turn, not per
-sample or per sync window; weights go to the current pool after *every* step without aborting
-requests (AgentRL; generation goes on with the new weights from the next forward).
+sample or per sync window; weights go to the current pool after *every* step (AgentRL), on a
+colocated ``hf`` pool without aborting requests (generation goes on with the new weights from
+the next forward).
 
-Scope today: the ``hf`` rollout (CPU), where the servers are their own Ray actors and take
-weights between two forwards while they generate. vLLM/SGLang need their replicas standalone
-(not sleeping for the update) and refreshed through a non-``naive`` checkpoint engine; the
-config check refuses ``agentrl_async`` on them with the fix. The cross-policy stale pool is the
-one of ``agentrl_sync`` (:class:`~agentrl_ext.rollout.stale_pool.StalePool`), refreshed every
-``stale_step`` steps through verl's ``CheckpointEngineManager`` (``gloo`` on CPU). Unlike the
-current pool's update, that sync pauses the stale replicas (verl's manager aborts their requests
+Where the rollout runs: colocated with the actor (verl's default), the ``hf`` rollout, whose
+servers are their own Ray actors and take weights between two forwards while they generate.
+vLLM/SGLang would sleep through every update there, so they run this mode from a standalone
+current pool: ``actor_rollout_ref.hybrid_engine=false`` (verl's switch; its ``separate_async``
+mode reads it too) leaves verl's workers training only, and :meth:`AgentRLTrainerAsync.on_init_end`
+launches a :class:`~agentrl_ext.rollout.standalone_pool.StandalonePool` on
+``rollout.nnodes x n_gpus_per_node`` devices whose checkpoint engine (``nccl``; ``gloo`` on CPU)
+takes the place of the trainer's ``naive`` one, so the per-step update is a transport sync. It
+pauses the pool: a turn caught by it comes back aborted and is retried. The config check refuses
+vLLM/SGLang colocated, naming the fix. The cross-policy stale pool is the
+one of ``agentrl_sync`` (:class:`~agentrl_ext.rollout.standalone_pool.StandalonePool`), refreshed every
+``stale_step`` steps through verl's ``CheckpointEngineManager`` (``gloo`` on CPU). Unlike a
+colocated current pool's update, that sync pauses the stale replicas (verl's manager aborts their requests
 and resumes them after the transfer): a stale-pool turn caught by it comes back aborted and the
 agent loop retries it (``agentrl.agent_loop.abort_retries``), so keep the retries' span
 (``abort_retries`` x ``abort_retry_delay_s``) longer than a refresh.
@@ -118,8 +125,9 @@ from verl.utils.debug import marked_timer
 
 from agentrl_ext.algos.task_context import ASYNC_TRAINER_MODE
 from agentrl_ext.config import agentrl_config
-from agentrl_ext.platform.verl_compat import submit_prompts
+from agentrl_ext.platform.verl_compat import submit_prompts, without_colocated_rollout
 from agentrl_ext.rollout.cross_policy import CURRENT
+from agentrl_ext.rollout.standalone_pool import StandalonePool, standalone_rollout
 from agentrl_ext.trainer.agentrl_trainer import AgentRLTrainerHooks
 from agentrl_ext.trainer.async_buffer import (
     FAILURE,
@@ -307,7 +315,13 @@ class AsyncGroupBuffer:
 class AgentRLTrainerAsync(AgentRLTrainerHooks, PPOTrainer):
     """verl's v1 trainer with AgentRL's asynchronous pipeline (see the module docstring)."""
 
+    #: the current pool: verl's colocated replicas (None) or standalone ones (hybrid_engine=false)
+    current_pool: StandalonePool | None = None
+
     def __init__(self, config: Any) -> None:
+        self.standalone_rollout = standalone_rollout(config)
+        if self.standalone_rollout:
+            without_colocated_rollout(self)
         super().__init__(config)
         settings = agentrl_config(config).async_pipeline
         self.buffer_policy = policy_from_config(config, settings)
@@ -328,6 +342,13 @@ class AgentRLTrainerAsync(AgentRLTrainerHooks, PPOTrainer):
 
     # -- verl's hooks ----------------------------------------------------------------------------
     def on_init_end(self) -> None:
+        if self.standalone_rollout and self.current_pool is None:
+            # verl built no replicas; the current pool is standalone, and its sync is the trainer's
+            self.current_pool = StandalonePool.create(
+                self.config, None, 0, self.actor_rollout_wg, name="current pool"
+            )
+            self.llm_server_manager = self.current_pool.manager
+            self.checkpoint_manager = self.current_pool.sync
         # the current pool gets the weights of the (possibly resumed) actor, then the stale pool
         self.checkpoint_manager.update_weights(self.global_steps)
         super().on_init_end()
@@ -346,7 +367,8 @@ class AgentRLTrainerAsync(AgentRLTrainerHooks, PPOTrainer):
         self.group_buffer.top_up()
 
     def on_step_end(self) -> None:
-        # weights to the current pool after every step; requests in flight go on (no abort, no sleep)
+        # weights to the current pool after every step. Colocated (hf): requests in flight go on
+        # (no abort, no sleep); standalone: a transport sync, in-flight turns are aborted and retried
         with marked_timer("update_weights", self.timing_raw, color="red"):
             self.checkpoint_manager.update_weights(self.global_steps)
         super().on_step_end()

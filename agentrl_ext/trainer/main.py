@@ -22,7 +22,8 @@ from agentrl_ext.config import AgentRLConfig
 logger = logging.getLogger(__name__)
 
 GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
-#: rollouts the agentrl_async trainer mode runs on (weights land between two forwards, mid-generation)
+#: rollouts the agentrl_async trainer mode runs on colocated with the actor (weights land between
+#: two forwards, mid-generation); any rollout runs it from standalone replicas (hybrid_engine=false)
 ASYNC_ROLLOUTS = ("hf",)
 AGENT_LOOP_NAME = "agentrl"
 
@@ -153,7 +154,7 @@ def check_config(config: DictConfig, cuda: bool) -> None:
     # consistency of the pieces first, files on disk after
     check_cross_policy(config, cuda)
     check_algorithm(config)
-    check_async_pipeline(config)
+    check_async_pipeline(config, cuda)
     check_agent_loop(config)
     check_actor_batches(config)
     model_path = str(config.actor_rollout_ref.model.path)
@@ -219,10 +220,11 @@ def check_actor_batches(config: DictConfig) -> None:
         )
 
 
-def check_async_pipeline(config: DictConfig) -> None:
+def check_async_pipeline(config: DictConfig, cuda: bool = False) -> None:
     """``trainer.v1.trainer_mode=agentrl_async``: the pieces the asynchronous pipeline needs."""
     from agentrl_ext.algos.task_context import ASYNC_TRAINER_MODE
     from agentrl_ext.config import agentrl_config
+    from agentrl_ext.rollout.standalone_pool import check_transport, standalone_rollout
     from agentrl_ext.trainer.async_buffer import policy_from_config
 
     if config.trainer.get("v1", {}).get("trainer_mode") != ASYNC_TRAINER_MODE:
@@ -233,12 +235,24 @@ def check_async_pipeline(config: DictConfig) -> None:
             f"selects the legacy trainer; set trainer.use_v1=true"
         )
     rollout = config.actor_rollout_ref.rollout
-    if str(rollout.name) not in ASYNC_ROLLOUTS:
+    if standalone_rollout(config):
+        devices = int(rollout.get("nnodes", 0) or 0) * int(rollout.get("n_gpus_per_node", 0) or 0)
+        if devices <= 0:
+            raise ValueError(
+                f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE} with actor_rollout_ref.hybrid_engine=false serves "
+                f"the rollout from standalone replicas, but actor_rollout_ref.rollout.nnodes={rollout.get('nnodes')} "
+                f"x n_gpus_per_node={rollout.get('n_gpus_per_node')} gives them no device; set both (e.g. "
+                f"actor_rollout_ref.rollout.nnodes=1 actor_rollout_ref.rollout.n_gpus_per_node=4)"
+            )
+        if cuda:  # on CPU the platform's defaults set the gloo engine (StandalonePool.create checks it again)
+            check_transport(str(rollout.checkpoint_engine.backend), "current pool")
+    elif str(rollout.name) not in ASYNC_ROLLOUTS:
         raise ValueError(
-            f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE} runs on actor_rollout_ref.rollout.name in "
-            f"{list(ASYNC_ROLLOUTS)} so far; {rollout.name} needs its weight updates to land while it generates "
-            f"(a standalone pool refreshed by a checkpoint engine, not built yet): use "
-            f"trainer.v1.trainer_mode=agentrl_sync on {rollout.name}"
+            f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE} with {rollout.name} replicas colocated with the actor "
+            f"would have them sleep through every update; {rollout.name} generates while the trainer trains from "
+            f"standalone replicas: set actor_rollout_ref.hybrid_engine=false, actor_rollout_ref.rollout.nnodes and "
+            f"n_gpus_per_node (the rollout's own devices) and actor_rollout_ref.rollout.checkpoint_engine.backend=nccl "
+            f"(colocated, only {list(ASYNC_ROLLOUTS)} runs this mode; or use trainer.v1.trainer_mode=agentrl_sync)"
         )
     sampler = config.trainer.v1.get("sampler") or {}
     custom = sampler.get("custom_sampler") or {}
@@ -278,12 +292,12 @@ def check_cross_policy(config: DictConfig, cuda: bool) -> None:
     replicas, and the behaviour log-probs of every turn must drive the PPO ratio (else stale turns
     would be trained as on-policy)."""
     from agentrl_ext.config import agentrl_config
-    from agentrl_ext.rollout.stale_pool import check_transport
+    from agentrl_ext.rollout.standalone_pool import check_transport
 
     if not agentrl_config(config).cross_policy.enable:
         return
     rollout = config.actor_rollout_ref.rollout
-    if cuda:  # on CPU the platform's defaults set the gloo engine (StalePool.create checks it again)
+    if cuda:  # on CPU the platform's defaults set the gloo engine (StandalonePool.create checks it again)
         check_transport(str(rollout.checkpoint_engine.backend))
     if not rollout.get("calculate_log_probs", False):
         raise ValueError(

@@ -114,3 +114,35 @@ def test_async_pipeline_trains_resumes_and_survives_a_killed_worker_on_cpu(tmp_p
             for s, m in {**steps, **resumed}.items()
         },
     )
+
+
+def test_async_pipeline_with_a_standalone_rollout_pool_on_cpu(tmp_path):
+    """``actor_rollout_ref.hybrid_engine=false``: verl's workers only train, the current pool is a
+    standalone ``hf`` replica refreshed after every step through the gloo checkpoint engine, the
+    path vLLM and SGLang take over NCCL on GPUs."""
+    with env_servers(WORKERS, tmp_path / "logs") as servers:
+        proc, steps = _train(
+            tmp_path,
+            servers.controller_url,
+            _async(
+                "trainer.total_training_steps=3",
+                "actor_rollout_ref.hybrid_engine=false",
+                "actor_rollout_ref.rollout.nnodes=1",
+                "actor_rollout_ref.rollout.n_gpus_per_node=1",
+            ),
+        )
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert sorted(steps) == [1, 2, 3]
+    # verl's workers only train (no rollout role): generation is the standalone pools' alone
+    assert "create worker group dict_keys(['actor', 'ref'])" in proc.stdout
+    for step, m in steps.items():
+        assert m["agentrl/async/batch_trajectories"] == 4 * m["agentrl/async/batch_groups"]
+        lags = [int(k.rsplit("_", 1)[1]) for k in m if k.startswith("agentrl/async/staleness/current/lag_")]
+        assert lags and max(lags) <= MAX_STALENESS, (step, lags)
+        assert "timing_s/update_weights" in m
+        assert m["actor/grad_norm"] > 0
+    # Step 3 trains current-pool turns of weights version 1 or 2 only (lag <= 1): turns of the
+    # initial weights (lag 2) are dropped, so had no sync reached the standalone pool after steps 1
+    # and 2, nothing could have been trained at step 3
+    # (stale-pool turns are stale by design: version 0 until the stale pool's refresh at step 25)
+    assert steps[3]["agentrl/async/staleness/stale/lag_2"] > 0

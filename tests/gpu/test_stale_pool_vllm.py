@@ -1,5 +1,5 @@
 """The cross-policy stale pool on vLLM: standalone vLLM replicas refreshed through verl's NCCL
-checkpoint engine, the same ``StalePool`` code as the CPU test (``tests/rollout/test_stale_pool_on_cpu.py``).
+checkpoint engine, the same ``StandalonePool`` code as the CPU test (``tests/rollout/test_standalone_pool_on_cpu.py``).
 
 Marked ``gpu``: skipped without two CUDA GPUs (NCCL puts the sender and the vLLM replica on
 different devices), ``vllm`` or ``cupy`` (verl's NCCL engine). No checkpoint is needed: the test
@@ -78,7 +78,7 @@ def test_vllm_stale_pool_takes_the_actors_weights_through_nccl_only_when_refresh
     from verl.checkpoint_engine import CheckpointEngineManager
     from verl.workers.rollout.llm_server import LLMServerClient
 
-    from agentrl_ext.rollout.stale_pool import StalePool
+    from agentrl_ext.rollout.standalone_pool import StandalonePool
     from agentrl_ext.testing.weight_sender import sender_group
 
     model = _model(tmp_path)
@@ -87,7 +87,7 @@ def test_vllm_stale_pool_takes_the_actors_weights_through_nccl_only_when_refresh
     ray.init(include_dashboard=False, log_to_driver=True)
     try:
         actor = sender_group(model, backend="nccl", device="cuda", bucket_megabytes=64)
-        pool = StalePool.create(config, num_replicas=1, start_rank=0, actor_wg=actor)
+        pool = StandalonePool.create(config, num_replicas=1, start_rank=0, actor_wg=actor)
         assert isinstance(pool.sync, CheckpointEngineManager) and pool.sync.backend == "nccl"
         client = LLMServerClient(config=config, load_balancer_handle=pool.load_balancer)
 

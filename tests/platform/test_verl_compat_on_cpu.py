@@ -197,7 +197,7 @@ def test_replica_server_fields_feed_verls_public_properties_on_cpu():
 
     from agentrl_ext.platform.hf_rollout import HFReplica
 
-    assert [a for _, a in verl_compat.PRIVATE_ATTRIBUTES] == ["_server_handle", "_server_address"]
+    assert [a for _, a in verl_compat.PRIVATE_ATTRIBUTES][:2] == ["_server_handle", "_server_address"]
     replica = RolloutReplica.__new__(HFReplica)
     handle = object()
     verl_compat.set_replica_server(replica, handle, "hf-rollout://x")
@@ -306,3 +306,39 @@ def test_sft_dataset_takes_tools_from_the_json_column_on_cpu(tmp_path):
     # verl reads the struct column back merged: tool "a" gains "y": null
     plain = MultiTurnSFTDataset(str(path), tokenizer, config)
     assert plain.tools[0][0]["function"]["parameters"]["properties"] == {"x": {"type": "string"}, "y": None}
+
+
+def test_without_colocated_rollout_leaves_verls_trainer_only_training_workers_on_cpu():
+    """verl's ``PPOTrainer._init_resource_pool_mgr`` and ``_setup`` read ``_enable_hybrid_replicas``:
+    without colocated replicas the actor workers take role ``actor`` (no rollout) and the reference
+    policy gets a group of its own; by default the role is ``actor_rollout_ref``."""
+    import inspect
+
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.utils import Role
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from agentrl_ext.trainer.main import recipes_dir
+
+    assert (
+        "verl.trainer.ppo.v1.trainer_base.PPOTrainer",
+        "_enable_hybrid_replicas",
+    ) in verl_compat.PRIVATE_ATTRIBUTES
+    assert 'getattr(self, "_enable_hybrid_replicas", True)' in inspect.getsource(PPOTrainer._setup)
+    with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
+        config = compose(config_name="cpu_agentrl")  # a KL loss: a reference policy is needed
+
+    class Trainer(PPOTrainer):  # verl's own method on an uninitialised trainer (no Ray, no workers)
+        def on_sample_end(self) -> None: ...
+
+        def on_step_end(self) -> None: ...
+
+    def roles(trainer) -> set:
+        trainer.config = config
+        PPOTrainer._init_resource_pool_mgr(trainer)
+        return set(trainer.role_worker_mapping)
+
+    assert roles(Trainer.__new__(Trainer)) == {Role.ActorRolloutRef}
+    trainer = Trainer.__new__(Trainer)
+    verl_compat.without_colocated_rollout(trainer)
+    assert roles(trainer) == {Role.Actor, Role.RefPolicy}

@@ -1,5 +1,5 @@
 """Cross-policy sampling: routing share, per-call routing, the stale refresh schedule (the refresh
-itself: ``test_stale_pool_on_cpu.py``)."""
+itself: ``test_standalone_pool_on_cpu.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 from agentrl_ext.platform.verl_compat import agent_loop_worker_rank
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient, PolicyRouter
-from agentrl_ext.rollout.stale_pool import refresh_due
+from agentrl_ext.rollout.standalone_pool import refresh_due
 
 
 @pytest.mark.parametrize("ratio", [0.0, 0.25, 0.5, 1.0])

@@ -34,7 +34,9 @@ def test_async_mode_passes_the_checks_with_task_normalized_grpo_on_cpu(async_con
     ("values", "message"),
     [
         ({"trainer.use_v1": False}, "trainer.use_v1=true"),
-        ({"actor_rollout_ref.rollout.name": "vllm"}, "trainer.v1.trainer_mode=agentrl_sync on vllm"),
+        ({"actor_rollout_ref.rollout.name": "vllm"}, "set actor_rollout_ref.hybrid_engine=false"),
+        # a standalone pool needs devices of its own
+        ({"actor_rollout_ref.hybrid_engine": False}, "nnodes=0 x n_gpus_per_node=1 gives them no device"),
         ({"trainer.v1.sampler.custom_sampler": {"path": "x.py", "name": "S"}}, "unset it"),
         ({"algorithm.filter_groups": {"enable": True}}, "algorithm.filter_groups.enable=false"),
         # 4 prompts x 4 episodes per batch: 12 trajectories can never make a batch
@@ -50,6 +52,41 @@ def test_async_mode_rejects_what_it_cannot_run_naming_the_fix_on_cpu(async_confi
         check_async_pipeline(_with(async_config, **values))
 
 
+STANDALONE = {
+    "actor_rollout_ref.hybrid_engine": False,
+    "actor_rollout_ref.rollout.nnodes": 1,
+    "actor_rollout_ref.rollout.n_gpus_per_node": 4,
+}
+
+
+@pytest.mark.parametrize("rollout", ["hf", "vllm", "sglang"])
+def test_async_mode_runs_any_rollout_from_a_standalone_pool_on_cpu(async_config, rollout):
+    config = _with(
+        async_config,
+        **STANDALONE,
+        **{
+            "actor_rollout_ref.rollout.name": rollout,
+            "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
+        },
+    )
+    check_async_pipeline(config, cuda=True)
+
+
+def test_async_standalone_pool_refuses_the_naive_engine_naming_the_fix_on_cpu(async_config):
+    config = _with(
+        async_config,
+        **STANDALONE,
+        **{
+            "actor_rollout_ref.rollout.name": "vllm",
+            "actor_rollout_ref.rollout.checkpoint_engine.backend": "naive",
+        },
+    )
+    with pytest.raises(
+        ValueError, match=r"current pool's standalone replicas.*backend=naive reaches only.*nccl"
+    ):
+        check_async_pipeline(config, cuda=True)
+
+
 def test_task_norm_grpo_still_refuses_verls_own_trainer_modes_on_cpu(async_config):
     with pytest.raises(ValueError, match="agentrl_sync \\(or agentrl_async\\)"):
         check_algorithm(_with(async_config, **{"trainer.v1.trainer_mode": "colocate_async"}))
@@ -63,3 +100,25 @@ def test_turn_credit_names_the_estimator_it_needs_on_cpu(async_config):
     ):
         check_algorithm(_with(async_config, **credit, **{"algorithm.adv_estimator": "grpo"}))
     check_algorithm(_with(async_config, **{"algorithm.adv_estimator": "grpo"}))  # off: grpo stays allowed
+
+
+def test_the_readme_command_for_async_on_vllm_passes_the_checks_on_cpu():
+    """README, "Where the rollout runs": the 7B vLLM recipe in agentrl_async with a standalone pool."""
+    with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
+        config = compose(
+            config_name="gpu_qwen2.5_7b_fsdp_vllm",
+            overrides=[
+                "trainer.v1.trainer_mode=agentrl_async",
+                "actor_rollout_ref.hybrid_engine=false",
+                "actor_rollout_ref.rollout.nnodes=1",
+                "actor_rollout_ref.rollout.n_gpus_per_node=4",
+                "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+                "trainer.n_gpus_per_node=4",
+            ],
+        )
+    check_algorithm(config)
+    check_async_pipeline(config, cuda=True)
+    # colocated, the same recipe is refused with the fix
+    colocated = _with(config, **{"actor_rollout_ref.hybrid_engine": True})
+    with pytest.raises(ValueError, match="set actor_rollout_ref.hybrid_engine=false"):
+        check_async_pipeline(colocated, cuda=True)

@@ -1,17 +1,21 @@
-"""The stale policy pool of cross-policy sampling: its own rollout replicas, refreshed every K steps
-through verl's weight sync.
+"""Standalone rollout replicas refreshed through verl's weight sync: the stale pool of cross-policy
+sampling, and the current pool of ``agentrl_async`` when the rollout has devices of its own.
 
 AgentRL samples each turn from a pool of policies; in training the pool is {the current policy, a
 *stale* copy whose weights are refreshed only every ``stale_step`` steps} (DESIGN §2,
 :mod:`agentrl_ext.rollout.cross_policy`). The stale copy is a set of standalone rollout replicas of
 the configured backend (``hf`` on CPU, vLLM / SGLang / TensorRT-LLM on GPUs), launched by verl's
-``LLMServerManager`` after the current pool's replicas (replica ranks continue theirs).
+``LLMServerManager`` after the current pool's replicas (replica ranks continue theirs). The
+asynchronous trainer mode with ``actor_rollout_ref.hybrid_engine=false``
+(:mod:`agentrl_ext.trainer.async_trainer`) serves its *current* pool the same way, refreshed after
+every step: generation then never shares the actor's devices and never sleeps for an update,
+which is what vLLM and SGLang need to generate while the trainer trains.
 
-How the stale replicas get their weights
-----------------------------------------
+How the replicas get their weights
+----------------------------------
 Exactly as verl's own standalone replicas do (the standalone pool of its ``separate_async``
 trainer, the rollouter of its fully-async policy): a ``CheckpointEngineManager``
-(``verl/checkpoint_engine/``) over the stale replicas and the actor worker group, with the
+(``verl/checkpoint_engine/``) over the pool's replicas and the actor worker group, with the
 transport configured in ``actor_rollout_ref.rollout.checkpoint_engine.backend``. A refresh is one
 ``CheckpointEngineManager.update_weights(global_steps)``: the replicas pause their requests, the
 actor's rank 0 sends ``get_per_tensor_param()`` (the weights the current pool receives after the
@@ -30,10 +34,17 @@ and it updates that pool after every step; the stale pool must sit out K-1 steps
 actor worker keeps one checkpoint engine of the configured backend next to the in-process path, so
 both managers share the actor group: ``naive`` for the current pool every step, the transport for
 the stale pool at steps 0, K, 2K, ... (``backend=naive`` cannot reach standalone replicas:
-:meth:`StalePool.create` refuses it, naming the fix).
+:meth:`StandalonePool.create` refuses it, naming the fix).
 
 Between refreshes nothing writes to the stale replicas: they are in no other manager, so verl's
 per-step ``update_weights`` / ``sleep_replicas`` never reach them.
+
+With a standalone current pool (``agentrl_async``, ``hybrid_engine=false``) verl's trainer builds
+no colocated replicas (its actor workers train only) and its ``naive`` manager has nothing to
+reach; the current pool's own manager replaces it, so the trainer's per-step
+``update_weights`` is a transport sync to that pool. A sync pauses the pool: a turn caught
+mid-generation comes back aborted and the agent loop retries it
+(``agentrl.agent_loop.abort_retries``).
 """
 
 from __future__ import annotations
@@ -56,11 +67,25 @@ def refresh_due(global_step: int, stale_step: int) -> bool:
     return global_step > 0 and global_step % stale_step == 0
 
 
-def check_transport(backend: str) -> None:
-    """Raise, naming the fix, when ``backend`` cannot send weights to standalone replicas."""
+def standalone_rollout(config: DictConfig) -> bool:
+    """Whether the current pool is standalone (``actor_rollout_ref.hybrid_engine=false``, verl's
+    switch for a rollout with devices of its own) rather than colocated with the actor."""
+    return not bool(config.actor_rollout_ref.get("hybrid_engine", True))
+
+
+#: what needs standalone replicas, per pool (for the error message)
+_WHY = {
+    "stale pool": "agentrl.cross_policy.enable=true refreshes the stale pool's",
+    "current pool": "trainer.v1.trainer_mode=agentrl_async with actor_rollout_ref.hybrid_engine=false refreshes the current pool's",
+}
+
+
+def check_transport(backend: str, pool: str = "stale pool") -> None:
+    """Raise, naming the fix, when ``backend`` cannot send weights to the standalone replicas of
+    ``pool`` (``stale pool`` or ``current pool``)."""
     if backend == "naive":
         raise ValueError(
-            "agentrl.cross_policy.enable=true refreshes the stale pool's standalone replicas through verl's "
+            f"{_WHY[pool]} standalone replicas through verl's "
             "checkpoint engine, but actor_rollout_ref.rollout.checkpoint_engine.backend=naive reaches only "
             "replicas colocated with the actor. Set actor_rollout_ref.rollout.checkpoint_engine.backend="
             f"nccl on GPUs (or nixl, mooncake, ...), {GLOO_CHECKPOINT_ENGINE} on CPU "
@@ -68,42 +93,58 @@ def check_transport(backend: str) -> None:
         )
 
 
-class StalePool:
+class StandalonePool:
     """Standalone rollout replicas serving a snapshot of the policy, refreshed through a
     ``CheckpointEngineManager`` of their own (see the module docstring)."""
 
-    def __init__(self, manager: LLMServerManager, sync: CheckpointEngineManager) -> None:
+    def __init__(
+        self, manager: LLMServerManager, sync: CheckpointEngineManager, name: str = "stale pool"
+    ) -> None:
         self.manager = manager
         self.sync = sync
-        #: the training step whose weights the stale replicas serve (None before the first refresh)
+        self.name = name
+        #: the training step whose weights the replicas serve (None before the first refresh)
         self.version: int | None = None
 
     @classmethod
-    def create(cls, config: DictConfig, num_replicas: int, start_rank: int, actor_wg: Any) -> StalePool:
-        """Launch ``num_replicas`` standalone replicas of the configured rollout, with replica ranks
-        from ``start_rank``, and a weight sync from ``actor_wg`` (verl's actor worker group) to them."""
+    def create(
+        cls,
+        config: DictConfig,
+        num_replicas: int | None,
+        start_rank: int,
+        actor_wg: Any,
+        name: str = "stale pool",
+    ) -> StandalonePool:
+        """Launch standalone replicas of the configured rollout, with replica ranks from
+        ``start_rank``, and a weight sync from ``actor_wg`` (verl's actor worker group) to them.
+
+        ``num_replicas`` replicas on one node; ``None``: the layout the config gives
+        (``actor_rollout_ref.rollout.nnodes`` x ``n_gpus_per_node`` devices, as verl's own
+        standalone rollout)."""
         rollout = config.actor_rollout_ref.rollout
         sync_config = omega_conf_to_dataclass(rollout.checkpoint_engine)
-        check_transport(str(sync_config.backend))
-        stale_config = config.copy()
-        with open_dict(stale_config):
-            stale_rollout = stale_config.actor_rollout_ref.rollout
-            stale_rollout.nnodes = 1
-            stale_rollout.n_gpus_per_node = num_replicas * int(
-                stale_rollout.tensor_model_parallel_size
-                * stale_rollout.data_parallel_size
-                * stale_rollout.pipeline_model_parallel_size
-            )
-        manager = LLMServerManager.create(config=stale_config, worker_group=None, start_rank=start_rank)
+        check_transport(str(sync_config.backend), name)
+        pool_config = config.copy()
+        if num_replicas is not None:
+            with open_dict(pool_config):
+                pool_rollout = pool_config.actor_rollout_ref.rollout
+                pool_rollout.nnodes = 1
+                pool_rollout.n_gpus_per_node = num_replicas * int(
+                    pool_rollout.tensor_model_parallel_size
+                    * pool_rollout.data_parallel_size
+                    * pool_rollout.pipeline_model_parallel_size
+                )
+        manager = LLMServerManager.create(config=pool_config, worker_group=None, start_rank=start_rank)
         sync = CheckpointEngineManager(config=sync_config, actor_wg=actor_wg, replicas=manager.get_replicas())
         logger.info(
-            "stale pool: %d %s replica(s) from rank %d, refreshed through checkpoint engine %s",
-            num_replicas,
+            "%s: %d %s replica(s) from rank %d, refreshed through checkpoint engine %s",
+            name,
+            len(manager.get_replicas()),
             rollout.name,
             start_rank,
             sync_config.backend,
         )
-        return cls(manager, sync)
+        return cls(manager, sync, name)
 
     @property
     def load_balancer(self) -> Any:
@@ -114,9 +155,9 @@ class StalePool:
         return self.manager.get_replicas()
 
     def refresh(self, global_steps: int) -> dict[str, Any]:
-        """Send the actor's current weights to every stale replica (blocking); returns the
+        """Send the actor's current weights to every replica of the pool (blocking); returns the
         checkpoint engine's sync metrics."""
         metrics = self.sync.update_weights(global_steps) or {}
         self.version = global_steps
-        logger.info("stale pool refreshed to the weights of step %d", global_steps)
+        logger.info("%s refreshed to the weights of step %d", self.name, global_steps)
         return dict(metrics)

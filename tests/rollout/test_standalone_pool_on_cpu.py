@@ -21,7 +21,7 @@ from verl.checkpoint_engine import CheckpointEngineManager
 
 from agentrl_ext.algos import task_context
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
-from agentrl_ext.rollout.stale_pool import StalePool
+from agentrl_ext.rollout.standalone_pool import StandalonePool
 from agentrl_ext.testing.tiny_model import tiny_model_path
 from agentrl_ext.testing.weight_sender import sender_group
 from agentrl_ext.trainer.agentrl_trainer import AgentRLTrainerHooks
@@ -74,7 +74,7 @@ def local_ray():
     ray.shutdown()
 
 
-def _served(pool: StalePool) -> list[dict[str, torch.Tensor]]:
+def _served(pool: StandalonePool) -> list[dict[str, torch.Tensor]]:
     servers = [server for replica in pool.replicas for server in replica.servers]
     return ray.get([server.export_state.remote() for server in servers])
 
@@ -136,4 +136,4 @@ def test_naive_backend_cannot_reach_the_stale_pool_and_says_so_on_cpu():
     with pytest.raises(
         ValueError, match=r"checkpoint_engine.backend=naive reaches only.*backend=nccl.*gloo on CPU"
     ):
-        StalePool.create(config, 1, start_rank=1, actor_wg=None)
+        StandalonePool.create(config, 1, start_rank=1, actor_wg=None)
