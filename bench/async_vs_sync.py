@@ -5,7 +5,7 @@ Same tiny model, same tasks, same number of trained trajectories: GRPO on two mu
 every tool call takes 50–200 ms, drawn per sample and turn, and an episode lasts 2 to 6 turns
 by sample index, so some groups are slow). Each mode trains ``--steps`` steps of
 ``data.train_batch_size`` prompts × ``rollout.n`` episodes through ``agentrl-train`` (verl's
-trainer, HF rollout, controller and task workers on 127.0.0.1). Three runs, one after the other:
+trainer, HF rollout, controller and task workers on 127.0.0.1). Four runs, one after the other:
 
 - ``agentrl_sync``;
 - ``agentrl_async`` with a buffer of one batch (``agentrl.async_pipeline.buffer_size`` = batch ×
@@ -14,19 +14,23 @@ trainer, HF rollout, controller and task workers on 127.0.0.1). Three runs, one 
 - ``agentrl_async_2x``: the async mode with its default buffer, AgentRL's 2 × batch × n: the
   rollout may run up to two batches ahead and a step trains all complete groups, at least one
   batch (variable batch: it trains at least as many trajectories in the same steps).
+- ``agentrl_async_standalone``: ``agentrl_async`` with a one-batch buffer and a standalone
+  current pool (``actor_rollout_ref.hybrid_engine=false``: one ``hf`` replica refreshed through
+  the gloo checkpoint engine after every step, the path vLLM/SGLang take on GPUs; a sync aborts
+  the turns it catches, which are generated again).
 
 Reported per run, over the training loop (the sum of verl's ``timing_s/step``; start-up not
 counted): trajectories/s, tokens/s (verl's ``perf/total_num_tokens``), where a step's time goes
 (verl's ``timing_s/*`` means), the rollout's and the trainer's idle fractions, and the
 staleness of the trained turns; then the speed-up async / sync, over the whole loop and in steady
-state (steps 2..N). **Read the steady-state figure**: the first step is not comparable between the
+state (steps 2..N), each against the sync run. **Read the steady-state figure**: the first step is not comparable between the
 modes. verl's first dispatch of prompts to the agent-loop workers costs several seconds once
 (about 8 s here); the sync mode pays it inside its first step (``prepare_step``, outside verl's
 named timers), the async mode in ``on_train_begin``, before the loop is timed. Sync: the rollout idles while the trainer updates (idle = 1 − gen/step) and the
 trainer idles while the rollout generates (gen/step). Async: the pipeline's own metrics
 (``agentrl/async/{rollout,trainer}_idle_frac``).
 
-Usage (about 8 minutes on 2 cores with the defaults: 10 steps of 4 prompts x 4 episodes)::
+Usage (about 11 minutes on 2 cores with the defaults: 10 steps of 4 prompts x 4 episodes)::
 
     .venv/bin/python bench/async_vs_sync.py          # table + bench/results/async_vs_sync.json
     .venv/bin/python bench/async_vs_sync.py --steps 6
@@ -96,18 +100,28 @@ WORKERS = [
 ]
 
 
-#: run name -> (trainer mode, async buffer in batches: None = the mode's default, 2 x batch x n)
-RUNS = {
-    "agentrl_sync": ("agentrl_sync", 1),
-    "agentrl_async": ("agentrl_async", 1),
-    "agentrl_async_2x": ("agentrl_async", None),
+#: the current pool as a standalone replica refreshed through the gloo checkpoint engine after every
+#: step (README, "Where the rollout runs": the path vLLM/SGLang take on GPUs)
+STANDALONE = (
+    "actor_rollout_ref.hybrid_engine=false",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.n_gpus_per_node=1",
+)
+
+#: run name -> (trainer mode, async buffer in batches: None = the mode's default, 2 x batch x n,
+#: further overrides)
+RUNS: dict[str, tuple[str, int | None, tuple[str, ...]]] = {
+    "agentrl_sync": ("agentrl_sync", 1, ()),
+    "agentrl_async": ("agentrl_async", 1, ()),
+    "agentrl_async_2x": ("agentrl_async", None, ()),
+    "agentrl_async_standalone": ("agentrl_async", 1, STANDALONE),
 }
 
 
 def _train(
     work: Path, controller_url: str, data: dict[str, Path], run: str, args: argparse.Namespace
 ) -> dict:
-    mode, buffer_batches = RUNS[run]
+    mode, buffer_batches, overrides = RUNS[run]
     metrics_file = work / f"{run}.jsonl"
     env = dict(os.environ, AGENTRL_CACHE_DIR=str(work / "cache"), VERL_FILE_LOGGER_PATH=str(metrics_file))
     n, batch = args.n, args.batch
@@ -119,7 +133,7 @@ def _train(
         f"actor_rollout_ref.rollout.n={n}", f"trainer.total_training_steps={args.steps}",
         "agentrl.cross_policy.enable=false", f"trainer.v1.trainer_mode={mode}",
         f"agentrl.async_pipeline.buffer_size={'null' if buffer_batches is None else buffer_batches * batch * n}",
-        "trainer.logger=[console,file]", f"hydra.run.dir={work / run / 'hydra'}",
+        "trainer.logger=[console,file]", f"hydra.run.dir={work / run / 'hydra'}", *overrides,
     ]  # fmt: skip
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1800, check=False)
@@ -181,6 +195,8 @@ def summarize(mode: str, steps: list[dict[str, float]], wall_s: float) -> dict[s
         "rollout_idle_frac": rollout_idle,
         "trainer_idle_frac": trainer_idle,
         "turn_staleness": staleness,
+        # turns cut by a weight sync and generated again (a standalone pool's sync aborts them)
+        "aborted_generations": int(sum(m.get("agentrl/rollout/aborted_generations", 0) for m in steps)),
         "timing_s_mean": timing,
     }
 
@@ -224,17 +240,18 @@ def main() -> None:
         r["speedup"] = r["trajectories_per_s"] / sync["trajectories_per_s"]
         r["steady_speedup"] = r["steady_trajectories_per_s"] / sync["steady_trajectories_per_s"]
     print(
-        f"\n{'run':<17} {'traj':>5} {'loop s':>7} {'traj/s':>7} {'tok/s':>8} {'rollout idle':>12} "
+        f"\n{'run':<25} {'traj':>5} {'loop s':>7} {'traj/s':>7} {'tok/s':>8} {'rollout idle':>12} "
         f"{'trainer idle':>12} {'speed-up':>8} {'steady traj/s':>13} {'steady speed-up':>15}"
     )
     for r in runs:
         print(
-            f"{r['run']:<17} {r['trajectories']:>5} {r['loop_s']:>7.1f} {r['trajectories_per_s']:>7.2f} "
+            f"{r['run']:<25} {r['trajectories']:>5} {r['loop_s']:>7.1f} {r['trajectories_per_s']:>7.2f} "
             f"{r['tokens_per_s']:>8.0f} {r['rollout_idle_frac']:>12.2f} {r['trainer_idle_frac']:>12.2f} "
             f"{r['speedup']:>7.2f}x {r['steady_trajectories_per_s']:>13.2f} {r['steady_speedup']:>14.2f}x"
         )
     for r in runs[1:]:
         print(f"{r['run']} turn staleness (trained turns per lag):", r["turn_staleness"])
+        print(f"{r['run']} aborted generations:", r["aborted_generations"])
     for r in runs:
         print(f"{r['run']} mean step time split:", {k: round(v, 2) for k, v in r["timing_s_mean"].items()})
         print(f"{r['run']} step times:", [round(t, 2) for t in r["step_s"]])
@@ -257,6 +274,8 @@ def main() -> None:
         "steady_speedup_trajectories_per_s": runs[1]["steady_speedup"],
         "speedup_default_buffer": runs[2]["speedup"],
         "steady_speedup_default_buffer": runs[2]["steady_speedup"],
+        "speedup_standalone": runs[3]["speedup"],
+        "steady_speedup_standalone": runs[3]["steady_speedup"],
         "runs": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
