@@ -58,12 +58,18 @@ def expert_policy(task: str) -> ExpertPolicy:
     return policy
 
 
-def has_careless_action(task: str, move: str = "random") -> bool:
+#: the careless move a task plays unless ``agentrl.sft.careless_move`` names another
+DEFAULT_CARELESS_MOVE = "random"
+
+
+def has_careless_action(task: str, move: str = DEFAULT_CARELESS_MOVE) -> bool:
     """Whether ``task``'s expert module defines ``<move>_action`` (needed by :func:`noisy_policy`)."""
     return callable(_from_expert_module(task, f"{move}_action"))
 
 
-def noisy_policy(task: str, epsilon: float, rng: random.Random, move: str = "random") -> ExpertPolicy:
+def noisy_policy(
+    task: str, epsilon: float, rng: random.Random, move: str = DEFAULT_CARELESS_MOVE
+) -> ExpertPolicy:
     """``task``'s expert, except that each turn with probability ``epsilon`` it plays
     ``<move>_action(messages, rng)`` from the expert's module (drawn with ``rng``)."""
     if not 0.0 <= epsilon <= 1.0:
@@ -135,7 +141,7 @@ async def play_expert_episodes(
     policy: ExpertPolicy | None = None,
     epsilon: float = 0.0,
     seed: int = 0,
-    move: str = "random",
+    move: str = DEFAULT_CARELESS_MOVE,
 ) -> list[ExpertEpisode]:
     """Play every index of ``indices`` (in that order), ``concurrency`` sessions at a time.
 

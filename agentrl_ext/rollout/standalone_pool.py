@@ -73,16 +73,20 @@ def standalone_rollout(config: DictConfig) -> bool:
     return not bool(config.actor_rollout_ref.get("hybrid_engine", True))
 
 
-#: what needs standalone replicas, per pool (for the error message)
+#: the two standalone pools (their names in logs and errors)
+STALE_POOL = "stale pool"
+CURRENT_POOL = "current pool"
+
+#: the setting that puts each pool on standalone replicas (for the error message)
 _WHY = {
-    "stale pool": "agentrl.cross_policy.enable=true refreshes the stale pool's",
-    "current pool": "trainer.v1.trainer_mode=agentrl_async with actor_rollout_ref.hybrid_engine=false refreshes the current pool's",
+    STALE_POOL: "agentrl.cross_policy.enable=true refreshes the stale pool's",
+    CURRENT_POOL: "trainer.v1.trainer_mode=agentrl_async with actor_rollout_ref.hybrid_engine=false refreshes the current pool's",
 }
 
 
-def check_transport(backend: str, pool: str = "stale pool") -> None:
+def check_transport(backend: str, pool: str = STALE_POOL) -> None:
     """Raise, naming the fix, when ``backend`` cannot send weights to the standalone replicas of
-    ``pool`` (``stale pool`` or ``current pool``)."""
+    ``pool`` (:data:`STALE_POOL` or :data:`CURRENT_POOL`)."""
     if backend == "naive":
         raise ValueError(
             f"{_WHY[pool]} standalone replicas through verl's "
@@ -98,7 +102,7 @@ class StandalonePool:
     ``CheckpointEngineManager`` of their own (see the module docstring)."""
 
     def __init__(
-        self, manager: LLMServerManager, sync: CheckpointEngineManager, name: str = "stale pool"
+        self, manager: LLMServerManager, sync: CheckpointEngineManager, name: str = STALE_POOL
     ) -> None:
         self.manager = manager
         self.sync = sync
@@ -113,7 +117,7 @@ class StandalonePool:
         num_replicas: int | None,
         start_rank: int,
         actor_wg: Any,
-        name: str = "stale pool",
+        name: str = STALE_POOL,
     ) -> StandalonePool:
         """Launch standalone replicas of the configured rollout, with replica ranks from
         ``start_rank``, and a weight sync from ``actor_wg`` (verl's actor worker group) to them.

@@ -127,7 +127,7 @@ from agentrl_ext.algos.task_context import ASYNC_TRAINER_MODE
 from agentrl_ext.config import agentrl_config
 from agentrl_ext.platform.verl_compat import submit_prompts, without_colocated_rollout
 from agentrl_ext.rollout.cross_policy import CURRENT
-from agentrl_ext.rollout.standalone_pool import StandalonePool, standalone_rollout
+from agentrl_ext.rollout.standalone_pool import CURRENT_POOL, StandalonePool, standalone_rollout
 from agentrl_ext.trainer.agentrl_trainer import AgentRLTrainerHooks
 from agentrl_ext.trainer.async_buffer import (
     FAILURE,
@@ -345,7 +345,7 @@ class AgentRLTrainerAsync(AgentRLTrainerHooks, PPOTrainer):
         if self.standalone_rollout and self.current_pool is None:
             # verl built no replicas; the current pool is standalone, and its sync is the trainer's
             self.current_pool = StandalonePool.create(
-                self.config, None, 0, self.actor_rollout_wg, name="current pool"
+                self.config, None, 0, self.actor_rollout_wg, name=CURRENT_POOL
             )
             self.llm_server_manager = self.current_pool.manager
             self.checkpoint_manager = self.current_pool.sync

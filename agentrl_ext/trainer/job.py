@@ -223,7 +223,7 @@ def _stop_on_sigterm() -> None:
 def _warm_start(
     config: DictConfig, agentrl: AgentRLConfig, controller_url: str, tasks: list[str], run_dir: Path
 ) -> None:
-    from agentrl_ext.data.expert import EXPERTS, has_careless_action
+    from agentrl_ext.data.expert import DEFAULT_CARELESS_MOVE, EXPERTS, has_careless_action
     from agentrl_ext.platform import cpu_platform_active
     from agentrl_ext.trainer.sft import run_sft, write_expert_dataset
 
@@ -237,7 +237,7 @@ def _warm_start(
     moves = dict(agentrl.sft.careless_move)
     problems = []
     for task in sorted(careless):
-        move = moves.get(task, "random")
+        move = moves.get(task, DEFAULT_CARELESS_MOVE)
         if task not in sft_tasks:
             problems.append(f"{task} (not a warm-start task; those are {sft_tasks})")
         elif not has_careless_action(task, move):

@@ -224,7 +224,7 @@ def check_async_pipeline(config: DictConfig, cuda: bool = False) -> None:
     """``trainer.v1.trainer_mode=agentrl_async``: the pieces the asynchronous pipeline needs."""
     from agentrl_ext.algos.task_context import ASYNC_TRAINER_MODE
     from agentrl_ext.config import agentrl_config
-    from agentrl_ext.rollout.standalone_pool import check_transport, standalone_rollout
+    from agentrl_ext.rollout.standalone_pool import CURRENT_POOL, check_transport, standalone_rollout
     from agentrl_ext.trainer.async_buffer import policy_from_config
 
     if config.trainer.get("v1", {}).get("trainer_mode") != ASYNC_TRAINER_MODE:
@@ -245,7 +245,7 @@ def check_async_pipeline(config: DictConfig, cuda: bool = False) -> None:
                 f"actor_rollout_ref.rollout.nnodes=1 actor_rollout_ref.rollout.n_gpus_per_node=4)"
             )
         if cuda:  # on CPU the platform's defaults set the gloo engine (StandalonePool.create checks it again)
-            check_transport(str(rollout.checkpoint_engine.backend), "current pool")
+            check_transport(str(rollout.checkpoint_engine.backend), CURRENT_POOL)
     elif str(rollout.name) not in ASYNC_ROLLOUTS:
         raise ValueError(
             f"trainer.v1.trainer_mode={ASYNC_TRAINER_MODE} with {rollout.name} replicas colocated with the actor "

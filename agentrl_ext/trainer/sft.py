@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_ext.config import SFTConfig
+from agentrl_ext.data.expert import DEFAULT_CARELESS_MOVE
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def expert_rows(
     concurrency: int = 16,
     epsilon: float = 0.0,
     seed: int = 0,
-    move: str = "random",
+    move: str = DEFAULT_CARELESS_MOVE,
 ) -> list[dict[str, Any]]:
     """``count`` expert episodes of ``task``'s advertised (train) indices, as SFT rows.
 
@@ -142,7 +143,7 @@ def write_expert_dataset(
     paths = []
     for task in tasks:
         epsilon = float((noise or {}).get(task, 0.0))
-        move = (moves or {}).get(task, "random")
+        move = (moves or {}).get(task, DEFAULT_CARELESS_MOVE)
         rows = expert_rows(controller_url, task, episodes_per_task, epsilon=epsilon, seed=seed, move=move)
         if not rows:
             raise RuntimeError(f"no expert episode of task {task!r} was won: nothing to train on")

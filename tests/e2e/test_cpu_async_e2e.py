@@ -16,6 +16,12 @@ from agentrl_ext.testing.env_servers import env_servers
 pytestmark = pytest.mark.slow
 
 MAX_STALENESS = 1
+#: the current pool as one standalone replica (README, "Where the rollout runs")
+STANDALONE = [
+    "actor_rollout_ref.hybrid_engine=false",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.n_gpus_per_node=1",
+]
 
 
 def _async(*extra: str) -> list[str]:
@@ -124,12 +130,7 @@ def test_async_pipeline_with_a_standalone_rollout_pool_on_cpu(tmp_path):
         proc, steps = _train(
             tmp_path,
             servers.controller_url,
-            _async(
-                "trainer.total_training_steps=3",
-                "actor_rollout_ref.hybrid_engine=false",
-                "actor_rollout_ref.rollout.nnodes=1",
-                "actor_rollout_ref.rollout.n_gpus_per_node=1",
-            ),
+            _async("trainer.total_training_steps=3", *STANDALONE),
         )
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert sorted(steps) == [1, 2, 3]

@@ -38,6 +38,7 @@ def test_async_pipeline_on_a_standalone_vllm_pool(tmp_path):
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
     from test_cpu_agentrl_e2e import WORKERS, _train
+    from test_cpu_async_e2e import STANDALONE
 
     from agentrl_ext.testing.env_servers import env_servers
 
@@ -53,10 +54,8 @@ def test_async_pipeline_on_a_standalone_vllm_pool(tmp_path):
                 f"agentrl.async_pipeline.max_staleness={MAX_STALENESS}",
                 "agentrl.cross_policy.enable=false",
                 "agentrl.assets.tiny_model_spec={hidden_size: 256, num_heads: 4, num_kv_heads: 2, intermediate_size: 512}",
-                "actor_rollout_ref.hybrid_engine=false",
+                *STANDALONE,
                 "actor_rollout_ref.rollout.name=vllm",
-                "actor_rollout_ref.rollout.nnodes=1",
-                "actor_rollout_ref.rollout.n_gpus_per_node=1",
                 "actor_rollout_ref.rollout.dtype=bfloat16",
                 "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
                 "actor_rollout_ref.rollout.enforce_eager=true",
