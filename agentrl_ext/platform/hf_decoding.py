@@ -11,12 +11,9 @@ the model and, at every iteration,
    repetition penalty, seed) and finishes rows independently (stop ids, stop strings, max tokens).
 
 Prefix caching (vLLM's ``enable_prefix_caching``, for multi-turn episodes): a finished request
-that carries a ``cache_key`` (the server passes verl's ``request_id``, which an agent loop keeps for
-a whole episode) leaves its KV behind; the next request with that key reuses the KV of the longest
-common token prefix and prefills only the rest (the environment's answer), instead of the whole
-conversation again. The reuse is token-exact (the prefix is compared token by token), entries
-never outlive a weight update (:meth:`ContinuousBatcher.weights_changed`), and the cache keeps at
-most ``prefix_cache_tokens`` tokens, least recently used first out.
+leaves its KV behind, and a later request whose prompt starts with the same tokens (an episode's
+next turn) reuses it and prefills only the rest. Entries are found by content, whatever the request
+id (:mod:`agentrl_ext.platform.hf_prefix_cache`).
 
 Exactness: active rows share one KV cache ``[rows, kv_heads, length, head_dim]``, left-padded to a
 common length when rows join; the 2-D attention mask hides the padding and ``position_ids`` count
@@ -35,13 +32,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from agentrl_ext.platform.hf_prefix_cache import CachedPrefix, PrefixCache
 
 logger = logging.getLogger(__name__)
 
@@ -106,22 +105,10 @@ class _Row:
     log_probs: list[float] = field(default_factory=list)
     length: int = 0  # tokens of this row in the KV cache = position id of its next input token
     cancelled: bool = False
-    cache_key: str | None = None  # where its KV is kept when it finishes (prefix caching)
     weights_version: int = -1  # the weights its KV was computed with (set at prefill)
 
     def finish(self, reason: str) -> None:
         self.deliver((self.tokens, self.log_probs, reason))
-
-
-@dataclass(eq=False)
-class _Prefix:
-    """The KV a finished request left behind: ``tokens`` and, per layer, keys and values
-    ``[kv_heads, len(tokens), head_dim]`` computed with weights ``weights_version``."""
-
-    tokens: list[int]
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
-    weights_version: int
 
 
 def sample_next_tokens(rows: list[_Row], logits: torch.Tensor) -> tuple[list[int], list[float]]:
@@ -218,10 +205,6 @@ class ContinuousBatcher:
         max_prefill_tokens: int = 8192,
         prefix_cache_tokens: int = 0,
     ) -> None:
-        if prefix_cache_tokens < 0:
-            raise ValueError(
-                f"prefix_cache_tokens must be >= 0 (0 turns prefix caching off), got {prefix_cache_tokens}"
-            )
         if max_batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError(
                 f"max_batch_size ({max_batch_size}) and max_prefill_tokens ({max_prefill_tokens}) must be >= 1; "
@@ -241,12 +224,7 @@ class ContinuousBatcher:
         self._rows: list[_Row] = []
         self._cache: Any = None
         self._mask: torch.Tensor | None = None
-        # prefix cache: cache key -> the KV its last finished request left (LRU order)
-        self.prefix_cache_tokens = prefix_cache_tokens
-        self._prefixes: OrderedDict[str, _Prefix] = OrderedDict()
-        self._prefix_lock = threading.Lock()
-        self._cached_tokens = 0
-        self._weights_version = 0
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)
         #: counters: forwards run, tokens decoded, the widest batch, prompt tokens prefilled and
         #: prompt tokens taken from the prefix cache instead (for benchmarks and tests)
         self.stats = {
@@ -259,13 +237,8 @@ class ContinuousBatcher:
         }
 
     # -- requests (any thread) -------------------------------------------------------------
-    async def generate(
-        self, prompt_ids: list[int], spec: SamplingSpec, cache_key: str | None = None
-    ) -> GenerationResult:
-        """Queue a request and wait for its result; cancelling the caller drops its row.
-
-        ``cache_key``: requests with the same key share their KV prefix (see the module docstring).
-        """
+    async def generate(self, prompt_ids: list[int], spec: SamplingSpec) -> GenerationResult:
+        """Queue a request and wait for its result; cancelling the caller drops its row."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[GenerationResult] = loop.create_future()
 
@@ -275,7 +248,7 @@ class ContinuousBatcher:
             except RuntimeError:  # the caller's event loop is gone
                 pass
 
-        row = self.submit(prompt_ids, spec, deliver, cache_key)
+        row = self.submit(prompt_ids, spec, deliver)
         try:
             return await future
         except asyncio.CancelledError:
@@ -287,12 +260,11 @@ class ContinuousBatcher:
         prompt_ids: list[int],
         spec: SamplingSpec,
         deliver: Callable[[GenerationResult | BaseException], None],
-        cache_key: str | None = None,
     ) -> _Row:
         """Queue a request; ``deliver`` is called once, from the decode thread, with its result."""
         stop_ids = set(spec.stop_token_ids) | (set() if spec.ignore_eos else self.eos_token_ids)
         generator = torch.Generator().manual_seed(int(spec.seed)) if spec.seed is not None else None
-        row = _Row(list(prompt_ids), spec, frozenset(stop_ids), deliver, generator, cache_key=cache_key)
+        row = _Row(list(prompt_ids), spec, frozenset(stop_ids), deliver, generator)
         with self._cv:
             if self._aborting:
                 row.finish("aborted")
@@ -319,16 +291,17 @@ class ContinuousBatcher:
     def weights_changed(self) -> None:
         """Call under :attr:`model_lock` after changing the weights: drops every cached prefix, and
         requests in flight leave none (their KV mixes two weight versions)."""
-        with self._prefix_lock:
-            self._weights_version += 1
-            self._prefixes.clear()
-            self._cached_tokens = 0
+        self.prefix_cache.clear()
 
     @property
     def cached_prefix_tokens(self) -> int:
         """Tokens held by the prefix cache."""
-        with self._prefix_lock:
-            return self._cached_tokens
+        return self.prefix_cache.tokens
+
+    @property
+    def prefix_cache_tokens(self) -> int:
+        """The prefix cache's budget in tokens (0: off)."""
+        return self.prefix_cache.budget
 
     @property
     def pending(self) -> int:
@@ -405,12 +378,12 @@ class ContinuousBatcher:
     def _prefill(self, admit: list[_Row]) -> None:
         """Prefill the admitted rows: those with a cached prefix in one forward over their new
         tokens, the others in one forward over their whole prompts; then add them to the batch."""
-        version = self._weights_version
+        version = self.prefix_cache.version
         fresh: list[_Row] = []
-        reused: list[tuple[_Row, _Prefix, int]] = []
+        reused: list[tuple[_Row, CachedPrefix, int]] = []
         for row in admit:
             row.weights_version = version
-            hit = self._lookup(row, version)
+            hit = self.prefix_cache.take(row.prompt_ids, version)
             if hit is None:
                 fresh.append(row)
             else:
@@ -439,7 +412,7 @@ class ContinuousBatcher:
         keep = self._advance(admit, logits, cache, mask)
         self._merge(*self._select(admit, cache, mask, keep))
 
-    def _prefill_reused(self, reused: list[tuple[_Row, _Prefix, int]]) -> None:
+    def _prefill_reused(self, reused: list[tuple[_Row, CachedPrefix, int]]) -> None:
         """Rows whose first ``m`` prompt tokens have cached KV. Layout per row: ``[pad][its m cached
         tokens][pad][its new tokens]``; the mask hides both pads and positions count real tokens."""
         from transformers import DynamicCache
@@ -523,34 +496,13 @@ class ContinuousBatcher:
         return None
 
     # -- the prefix cache ------------------------------------------------------------------
-    def _lookup(self, row: _Row, version: int) -> tuple[_Prefix, int] | None:
-        """The cached prefix of ``row`` and how many of its prompt tokens it covers (at least one
-        prompt token is always left to prefill), or None."""
-        if row.cache_key is None or not self.prefix_cache_tokens:
-            return None
-        with self._prefix_lock:
-            prefix = self._prefixes.pop(row.cache_key, None)
-            if prefix is not None:
-                self._cached_tokens -= len(prefix.tokens)
-        if prefix is None or prefix.weights_version != version:
-            return None
-        limit = min(len(prefix.tokens), len(row.prompt_ids) - 1)
-        m = 0
-        while m < limit and prefix.tokens[m] == row.prompt_ids[m]:
-            m += 1
-        return (prefix, m) if m else None
-
     def _retain(self, row: _Row, i: int, cache: Any, mask: torch.Tensor) -> None:
-        """Keep the KV of finished row ``i`` of ``cache`` under its key: its prompt and all its
-        tokens but the last (which was sampled, never fed)."""
-        if (
-            row.cache_key is None
-            or not self.prefix_cache_tokens
-            or row.weights_version != self._weights_version
-        ):
+        """Keep the KV of finished row ``i`` of ``cache``: its prompt and all its tokens but the
+        last (which was sampled, never fed)."""
+        if not self.prefix_cache.budget or row.weights_version != self.prefix_cache.version:
             return
         tokens = row.prompt_ids + row.tokens[:-1]
-        if len(tokens) > self.prefix_cache_tokens:
+        if len(tokens) > self.prefix_cache.budget:
             return
         valid = mask[i].bool()
         keys = [layer.keys[i][:, valid] for layer in cache.layers]
@@ -561,20 +513,8 @@ class ContinuousBatcher:
                 len(tokens),
             )
             return
-        prefix = _Prefix(
-            tokens, keys, [layer.values[i][:, valid] for layer in cache.layers], row.weights_version
-        )
-        with self._prefix_lock:
-            if prefix.weights_version != self._weights_version:
-                return
-            old = self._prefixes.pop(row.cache_key, None)
-            if old is not None:
-                self._cached_tokens -= len(old.tokens)
-            self._prefixes[row.cache_key] = prefix
-            self._cached_tokens += len(tokens)
-            while self._cached_tokens > self.prefix_cache_tokens:
-                _, evicted = self._prefixes.popitem(last=False)
-                self._cached_tokens -= len(evicted.tokens)
+        values = [layer.values[i][:, valid] for layer in cache.layers]
+        self.prefix_cache.put(CachedPrefix(tokens, keys, values, row.weights_version))
 
     # -- the shared KV cache ---------------------------------------------------------------
     @staticmethod

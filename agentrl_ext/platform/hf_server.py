@@ -159,7 +159,7 @@ class HFRolloutServer:
     meaning: ``rollout.max_num_seqs`` is the most requests decoded in one batch (1 serves them one
     at a time), ``rollout.max_num_batched_tokens`` the most padded prompt tokens prefilled in one
     forward, ``rollout.enable_prefix_caching`` reuses an episode's KV from one turn to the next
-    (keyed by ``request_id``; see :func:`prefix_cache_tokens`).
+    (found by content: verl gives every turn a fresh request id; see :func:`prefix_cache_tokens`).
     """
 
     def __init__(self, config: Any, model_config: Any, replica_rank: int = 0, **_: Any) -> None:
@@ -237,7 +237,7 @@ class HFRolloutServer:
         spec = self._sampling_spec(len(prompt_ids), dict(sampling_params))
         self._running.add(request_id)
         try:
-            tokens, log_probs, reason = await self.engine.generate(prompt_ids, spec, cache_key=request_id)
+            tokens, log_probs, reason = await self.engine.generate(prompt_ids, spec)
         finally:
             self._running.discard(request_id)
         return TokenOutput(

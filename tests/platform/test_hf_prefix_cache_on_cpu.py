@@ -1,5 +1,5 @@
 """Prefix caching in the HF rollout server: an episode's next turn reuses the KV of the turns before
-(keyed by request_id) and prefills only the new tokens, with the tokens and log-probs a plain
+(found by content, whatever the request id) and prefills only the new tokens, with the tokens and log-probs a plain
 forward pass over the whole conversation gives; weight updates and diverging prompts never reuse
 stale or foreign KV; the cache stays within its token budget."""
 
@@ -52,12 +52,13 @@ def _check_against_reference(server: HFRolloutServer, prompt: list[int], out, te
 
 def _episode(server: HFRolloutServer, request_id: str, opening: int, turns: int, offset: int, **params):
     """Turns of one episode as an agent loop sends them: each prompt is the previous prompt, the
-    tokens generated for it and an 'environment answer'. Returns [(prompt, output)] per turn."""
+    tokens generated for it and an 'environment answer'. Every turn gets its own request id, as
+    verl's ``LLMServerClient`` sends them. Returns [(prompt, output)] per turn."""
 
     async def main():
         prompt, played = _tokens(opening, offset), []
         for turn in range(turns):
-            out = await _gen(server, prompt, request_id, **params)
+            out = await _gen(server, prompt, f"{request_id}-turn{turn}", **params)
             played.append((prompt, out))
             prompt = prompt + list(out.token_ids) + _tokens(5 + turn, offset + 100 + turn)
         return played
@@ -122,11 +123,12 @@ def test_cached_and_uncached_servers_give_the_same_episode_on_cpu():
 def test_a_diverging_prompt_reuses_only_the_common_prefix_on_cpu():
     server = _server()
     first = asyncio.run(_gen(server, _tokens(30, 0), "ep", **GREEDY))
-    # same request id, but the prompt differs from token 12 on (e.g. a retried turn)
-    other = _tokens(12, 0) + _tokens(25, 500)
+    # the prompt differs from token 20 on (past the first 16-token block)
+    other = _tokens(20, 0) + _tokens(25, 500)
+    assert other[:20] == _tokens(30, 0)[:20] and other[20] != _tokens(30, 0)[20]
     hits_before = server.engine.stats["prefix_hit_tokens"]
     out = asyncio.run(_gen(server, other, "ep", **GREEDY))
-    assert server.engine.stats["prefix_hit_tokens"] - hits_before == 12
+    assert server.engine.stats["prefix_hit_tokens"] - hits_before == 20
     assert list(out.token_ids) == _greedy_reference(server.model, other, 8)
     _check_against_reference(server, other, out, 1.0)
     assert first.token_ids  # the first request was served normally
@@ -158,7 +160,24 @@ def test_cache_stays_within_its_token_budget_least_recently_used_out_on_cpu():
             assert server.engine.cached_prefix_tokens <= 64
 
     asyncio.run(main())
-    assert list(server.engine._prefixes) == ["e2", "e3"]  # the two most recent fit
+    held = server.engine.prefix_cache.entries()
+    assert [entry[:20] for entry in held] == [_tokens(20, 2), _tokens(20, 3)]  # the two most recent fit
+
+
+def test_an_unrelated_prompt_reuses_nothing_on_cpu():
+    server = _server()
+    asyncio.run(_gen(server, _tokens(40, 0), "a", **GREEDY))
+    out = asyncio.run(_gen(server, _tokens(40, 300), "a", **GREEDY))  # same request id, other tokens
+    assert server.engine.stats["prefix_hit_tokens"] == 0
+    assert list(out.token_ids) == _greedy_reference(server.model, _tokens(40, 300), 8)
+
+
+def test_a_prompt_shorter_than_one_block_is_served_without_the_cache_on_cpu():
+    server = _server()
+    first = asyncio.run(_gen(server, _tokens(5, 0), "a", **GREEDY))
+    follow_up = _tokens(5, 0) + list(first.token_ids)[:3]  # 12 tokens: no full block to look up
+    asyncio.run(_gen(server, follow_up, "b", **GREEDY))
+    assert server.engine.stats["prefix_hit_tokens"] == 0
 
 
 def test_negative_budget_is_refused_on_cpu():
