@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agentrl_ext.env.client import DEFAULT_TIMEOUT_S
+from agentrl_ext.models.chat_template import CHAT_TEMPLATES
 
 #: the environment variable that sets ``agentrl.cache_dir`` when the config leaves it unset
 CACHE_DIR_ENV = "AGENTRL_CACHE_DIR"
@@ -42,6 +43,10 @@ class AssetsConfig:
     #: as with a real model's tokenizer; 0: the embedded corpus only. Played through the
     #: controller, so the environments must be up (the main job starts them first).
     tokenizer_expert_episodes: int = 0
+    #: the tiny model's chat template: ``qwen25`` (Qwen2.5's form: tool schemas as JSON) or
+    #: ``compact`` (one short line per tool: openings take about half the tokens); see
+    #: agentrl_ext/models/chat_template.py
+    tiny_chat_template: str = "qwen25"
     #: build the toy letters dataset at ``data.train_files`` / ``data.val_files`` if missing
     build_toy_data: bool = False
     #: build ``data.train_files`` (AgentRL's task mixing) and ``data.val_files`` from the
@@ -52,6 +57,11 @@ class AssetsConfig:
     task_weights: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.tiny_chat_template not in CHAT_TEMPLATES:
+            raise ValueError(
+                f"agentrl.assets.tiny_chat_template={self.tiny_chat_template!r} is not a tiny-model chat "
+                f"template; choose one of {', '.join(sorted(CHAT_TEMPLATES))}"
+            )
         bad = {task: w for task, w in self.task_weights.items() if not w > 0}
         if bad:
             raise ValueError(

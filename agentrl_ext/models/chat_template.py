@@ -13,6 +13,12 @@ Two deliberate differences from Qwen2.5: the default system prompt does not clai
 ``arguments`` given as a JSON string (the OpenAI wire format) is written verbatim instead of being
 JSON-encoded a second time (Qwen3's template does the same).
 
+:data:`COMPACT_TOOLS_CHAT_TEMPLATE` is the same template with the tools written as one short line
+each, ``name(param: type, ...): description`` (a parameter's ``enum`` as ``a|b|c``), and a one-line
+instruction for the call format: a task's opening prompt takes about half the tokens. Meant for the
+tiny model (``agentrl.assets.tiny_chat_template=compact``), whose every forward and update pays for
+every prompt token; turns, tool calls and tool responses render exactly as in the Qwen2.5 form.
+
 Every turn ends with ``<|im_end|>\\n``, so rendering a conversation is a prefix of rendering the
 conversation extended by whole turns; the one exception is splitting a run of ``tool`` messages,
 which the template groups into a single turn.
@@ -20,9 +26,37 @@ which the template groups into a single turn.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "QWEN25_STYLE_CHAT_TEMPLATE"]
+__all__ = [
+    "CHAT_TEMPLATES",
+    "COMPACT_TOOLS_CHAT_TEMPLATE",
+    "DEFAULT_SYSTEM_PROMPT",
+    "QWEN25_STYLE_CHAT_TEMPLATE",
+]
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+
+_TOOLS_BLOCK = r"""    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}"""
+
+_COMPACT_TOOLS_BLOCK = r"""    {{- "\nTools:" }}
+    {%- for tool in tools %}
+        {%- set f = tool.function if tool.function is defined else tool %}
+        {{- "\n" + f.name + "(" }}
+        {%- if f.parameters is defined and f.parameters.properties is defined %}
+            {%- for pname, p in f.parameters.properties.items() %}
+                {{- (", " if not loop.first else "") + pname + ": " }}
+                {%- if p.enum is defined %}{{- p.enum | join("|") }}{%- else %}{{- p.type | default("any") }}{%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- ")" }}
+        {%- if f.description is defined and f.description %}{{- ": " + f.description }}{%- endif %}
+    {%- endfor %}
+    {{- "\nCall one as <tool_call>\n{\"name\": ..., \"arguments\": {...}}\n</tool_call><|im_end|>\n" }}"""
+
 
 QWEN25_STYLE_CHAT_TEMPLATE = (
     r"""{%- if tools %}
@@ -34,12 +68,9 @@ QWEN25_STYLE_CHAT_TEMPLATE = (
     + DEFAULT_SYSTEM_PROMPT
     + r"""' }}
     {%- endif %}
-    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+"""
+    + _TOOLS_BLOCK
+    + r"""
 {%- else %}
     {%- if messages[0]['role'] == 'system' %}
         {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
@@ -88,3 +119,11 @@ QWEN25_STYLE_CHAT_TEMPLATE = (
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}"""
 )
+
+
+#: the Qwen2.5 form with the compact tool list (module docstring)
+COMPACT_TOOLS_CHAT_TEMPLATE = QWEN25_STYLE_CHAT_TEMPLATE.replace(_TOOLS_BLOCK, _COMPACT_TOOLS_BLOCK)
+assert COMPACT_TOOLS_CHAT_TEMPLATE != QWEN25_STYLE_CHAT_TEMPLATE
+
+#: the tiny model's chat templates by name (``agentrl.assets.tiny_chat_template``)
+CHAT_TEMPLATES = {"qwen25": QWEN25_STYLE_CHAT_TEMPLATE, "compact": COMPACT_TOOLS_CHAT_TEMPLATE}

@@ -27,7 +27,7 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from agentrl_ext.models.chat_template import QWEN25_STYLE_CHAT_TEMPLATE
+from agentrl_ext.models.chat_template import CHAT_TEMPLATES
 from agentrl_ext.models.tiny_corpus import corpus_lines
 
 __all__ = [
@@ -134,7 +134,9 @@ def _train_bpe(vocab_size: int, extra_corpus: Sequence[str] = ()) -> Tokenizer:
 
 
 def build_tokenizer(
-    vocab_size: int = TinyModelSpec.vocab_size, extra_corpus: Sequence[str] = ()
+    vocab_size: int = TinyModelSpec.vocab_size,
+    extra_corpus: Sequence[str] = (),
+    chat_template: str = "qwen25",
 ) -> PreTrainedTokenizerFast:
     """Return the tiny chat tokenizer: byte-level BPE, Qwen2.5 special tokens and chat template.
 
@@ -144,6 +146,7 @@ def build_tokenizer(
     ``extra_corpus``: more training text, e.g. the rendered episodes of the tasks the model will
     play, so that their prompts and tool calls take few tokens (as a real model's tokenizer,
     trained on far more text, would); see ``agentrl.assets.tokenizer_expert_episodes``.
+    ``chat_template``: a name of :data:`~agentrl_ext.models.chat_template.CHAT_TEMPLATES`.
     """
     return PreTrainedTokenizerFast(
         tokenizer_object=_train_bpe(vocab_size, extra_corpus),
@@ -151,10 +154,20 @@ def build_tokenizer(
         pad_token=ENDOFTEXT,
         unk_token=None,
         bos_token=None,
-        chat_template=QWEN25_STYLE_CHAT_TEMPLATE,
+        chat_template=chat_template_named(chat_template),
         clean_up_tokenization_spaces=False,
         split_special_tokens=False,
     )
+
+
+def chat_template_named(name: str) -> str:
+    """The chat template called ``name`` (``qwen25`` or ``compact``), naming the choices otherwise."""
+    try:
+        return CHAT_TEMPLATES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown tiny-model chat template {name!r}; choose one of {', '.join(sorted(CHAT_TEMPLATES))}"
+        ) from None
 
 
 def _token_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:
@@ -219,12 +232,13 @@ def build_tiny_model(
     intermediate_size: int = TinyModelSpec.intermediate_size,
     max_position_embeddings: int = TinyModelSpec.max_position_embeddings,
     extra_corpus: Sequence[str] = (),
+    chat_template: str = "qwen25",
 ) -> Path:
     """Build the tiny tokenizer and model and ``save_pretrained`` both into ``out_dir``.
 
     The directory loads with ``AutoTokenizer.from_pretrained`` and
     ``AutoModelForCausalLM.from_pretrained`` without network access. The same arguments always
-    write byte-identical files. ``extra_corpus``: see :func:`build_tokenizer`. Besides the HF
+    write byte-identical files. ``extra_corpus`` and ``chat_template``: see :func:`build_tokenizer`. Besides the HF
     files, ``out_dir/BUILD_RECORD`` records the arguments (:func:`build_record`), so that a caller can
     tell a model built with other arguments. Returns ``out_dir`` as a ``Path``.
     """
@@ -239,13 +253,15 @@ def build_tiny_model(
     )
     out = Path(out_dir)
     started = time.perf_counter()
-    tokenizer = build_tokenizer(spec.vocab_size, extra_corpus)
+    tokenizer = build_tokenizer(spec.vocab_size, extra_corpus, chat_template)
     tokenizer.model_max_length = spec.max_position_embeddings
     model = build_model(tokenizer, spec, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     model.save_pretrained(out)
-    (out / BUILD_RECORD).write_text(json.dumps(build_record(spec, seed, extra_corpus), indent=2) + "\n")
+    (out / BUILD_RECORD).write_text(
+        json.dumps(build_record(spec, seed, extra_corpus, chat_template), indent=2) + "\n"
+    )
     logger.info(
         "built tiny model in %s: %d tokens, %d parameters, seed %d, %.2f s",
         out,
@@ -261,11 +277,17 @@ def build_tiny_model(
 BUILD_RECORD = "agentrl_tiny_model.json"
 
 
-def build_record(spec: TinyModelSpec, seed: int, extra_corpus: Sequence[str] = ()) -> dict[str, Any]:
+def build_record(
+    spec: TinyModelSpec, seed: int, extra_corpus: Sequence[str] = (), chat_template: str = "qwen25"
+) -> dict[str, Any]:
     """What :func:`build_tiny_model` writes to ``BUILD_RECORD``: the builder version, the spec, the
-    seed and a digest of the extra corpus. Equal records mean equal builds."""
+    seed, a digest of the extra corpus and the chat template (when not the default). Equal records
+    mean equal builds."""
     digest = hashlib.sha256("\n".join(extra_corpus).encode()).hexdigest()[:16] if extra_corpus else None
-    return {"builder_version": BUILDER_VERSION, "spec": asdict(spec), "seed": seed, "extra_corpus": digest}
+    record = {"builder_version": BUILDER_VERSION, "spec": asdict(spec), "seed": seed, "extra_corpus": digest}
+    if chat_template != "qwen25":
+        record["chat_template"] = chat_template
+    return record
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

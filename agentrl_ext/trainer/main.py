@@ -87,13 +87,21 @@ def _ensure_tiny_model(config: DictConfig, agentrl: AgentRLConfig, model_path: P
     if (model_path / "config.json").exists() and not record_file.exists() and not in_cache:
         return  # a model we did not build (no record, outside our cache): never overwrite it
     corpus = _tokenizer_corpus(config, agentrl) if assets.tokenizer_expert_episodes else []
-    wanted = build_record(TinyModelSpec(**assets.tiny_model_spec), assets.tiny_model_seed, corpus)
+    wanted = build_record(
+        TinyModelSpec(**assets.tiny_model_spec), assets.tiny_model_seed, corpus, assets.tiny_chat_template
+    )
     if record_file.exists():
         if json.loads(record_file.read_text()) == wanted:
             return
         logger.info("the tiny model at %s was built from other settings; rebuilding it", model_path)
     logger.info("building the tiny offline model at %s", model_path)
-    build_tiny_model(model_path, seed=assets.tiny_model_seed, extra_corpus=corpus, **assets.tiny_model_spec)
+    build_tiny_model(
+        model_path,
+        seed=assets.tiny_model_seed,
+        extra_corpus=corpus,
+        chat_template=assets.tiny_chat_template,
+        **assets.tiny_model_spec,
+    )
 
 
 def _tokenizer_corpus(config: DictConfig, agentrl: AgentRLConfig) -> list[str]:
@@ -111,7 +119,7 @@ def _tokenizer_corpus(config: DictConfig, agentrl: AgentRLConfig) -> list[str]:
             f"(agentrl.agent_loop.controller_url={url!r}) and tasks with an expert in agentrl.envs.tasks "
             f"({list(agentrl.envs.tasks or [])}; experts: {', '.join(sorted(EXPERTS))}); set it to 0 otherwise"
         )
-    template = build_tokenizer()  # only its chat template renders the text
+    template = build_tokenizer(chat_template=agentrl.assets.tiny_chat_template)  # only its template renders
     lines: list[str] = []
     for task in tasks:
         for row in expert_rows(url, task, agentrl.assets.tokenizer_expert_episodes):
