@@ -194,6 +194,18 @@ def sft_command(
     return argv + list(sft.overrides)
 
 
+def sft_environment(environ: Mapping[str, str], cpu: bool) -> dict[str, str]:
+    """The SFT child's environment. On the CPU platform it gets every core for torch's threads:
+    ``torch.distributed.run`` otherwise sets ``OMP_NUM_THREADS=1`` for its one worker, which then
+    trains on one core of a machine where nothing else runs during the warm start (measured: a
+    forward and backward of the 0.99M model on 16 x 400 tokens, 0.65 s on one thread, 0.36 s on
+    two). A value the user set is kept."""
+    env = {**environ, "TOKENIZERS_PARALLELISM": "false"}
+    if cpu and "OMP_NUM_THREADS" not in environ:
+        env["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
+    return env
+
+
 def run_sft(
     model_path: str | Path,
     train_files: Sequence[str | Path],
@@ -214,7 +226,7 @@ def run_sft(
     logger.info(
         "SFT: %d steps of %d episodes with verl's SFT trainer (log: %s)", sft.steps, sft.batch_size, log
     )
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    env = sft_environment(os.environ, cpu)
     with open(log, "wb") as sink:
         child = subprocess.Popen(argv, stdout=sink, stderr=subprocess.PIPE, env=env, start_new_session=True)
         try:

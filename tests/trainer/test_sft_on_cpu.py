@@ -3,6 +3,7 @@ path, in the layout verl's MultiTurnSFTDataset reads, and verl's SFT trainer's c
 
 from __future__ import annotations
 
+import os
 import random
 
 import pandas as pd
@@ -191,3 +192,14 @@ def test_expert_noise_on_a_task_without_random_moves_is_refused_before_playing_o
         agentrl = AgentRLConfig.from_config({"sft": {"enable": True, **sft}})
         with pytest.raises(ValueError, match=message):
             _warm_start(config, agentrl, "http://127.0.0.1:9/api", ["guess", "gridroom"], tmp_path)
+
+
+def test_sft_child_gets_every_core_on_the_cpu_platform_on_cpu(monkeypatch):
+    from agentrl_ext.trainer.sft import sft_environment
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    env = sft_environment({"PATH": "/bin"}, cpu=True)
+    assert env["OMP_NUM_THREADS"] == "6"  # torchrun would set 1
+    assert env["TOKENIZERS_PARALLELISM"] == "false" and env["PATH"] == "/bin"
+    assert sft_environment({"OMP_NUM_THREADS": "3"}, cpu=True)["OMP_NUM_THREADS"] == "3"  # the user's value
+    assert "OMP_NUM_THREADS" not in sft_environment({}, cpu=False)  # GPUs: torchrun's own rule
