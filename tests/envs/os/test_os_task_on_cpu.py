@@ -85,7 +85,10 @@ def test_check_chain_runs_example_and_checker_without_docker_on_cpu(os_data_dir,
         "synthetic#1",
     )
     chained = parse_sample(
-        {"description": "d", "evaluation": {"check": ["echo from-step-1", {"language": "python", "code": ARGV_2_IS_STEP_1}]}},
+        {
+            "description": "d",
+            "evaluation": {"check": ["echo from-step-1", {"language": "python", "code": ARGV_2_IS_STEP_1}]},
+        },
         scripts,
         "synthetic#2",
     )
