@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import shutil
 
@@ -12,7 +13,7 @@ import yaml
 from agentrl_ext.data.store import DataError
 from envs.dbbench.backends import MariaDBBackend, ServerAddress, SQLiteBackend
 from envs.dbbench.checking import answers_match, table_hash
-from envs.dbbench.data import load_split
+from envs.dbbench.data import Table, load_split
 from envs.dbbench.prompts import TOOLS
 from envs.dbbench.task import DBBenchTask
 
@@ -27,6 +28,11 @@ from envs.dbbench.task import DBBenchTask
         (["1,234"], ["1234"], True),  # thousands separator
         (["45%"], ["45"], True),
         (["NULL"], ["0"], True),  # null / none / nan / empty mean 0
+        (["inf"], ["0"], True),  # so do inf and infinity, whatever the case and sign
+        (["Infinity"], ["0"], True),
+        (["-inf"], ["0"], True),
+        (["0"], ["INFINITY"], True),
+        (["inf"], ["1"], False),
         (["b", "a"], ["a", "b"], True),  # several values: a set
         (["a", "a", "b"], ["a", "b"], True),
         (["a"], ["a", "b"], False),
@@ -50,6 +56,48 @@ def test_modifications_compare_hashes_on_cpu():
     )
     assert table_hash([]) == "None"
     assert answers_match(table_hash([]), "[(None,)]", modifies=True)  # an emptied table
+
+
+# A table whose group_concat of 5-character row hashes ("abcde,") passes MySQL's default
+# group_concat_max_len of 1,024 bytes (AgentBench's answer_md5 values were computed with it):
+# 400 rows make 2,399 bytes, which MySQL cuts at 1,024 before md5.
+BIG = Table("big", ("id", "name"), tuple((str(i), f"row {i}") for i in range(400)))
+
+
+def agentbench_hash_written_out(rows) -> str:
+    """AgentBench's MySQL hash, md5(group_concat(substring(md5(concat_ws(',', cols)), 1, 5) order
+    by rowhash)), with group_concat cut at 1,024 bytes: the rule as MySQL documents it."""
+    rowhashes = sorted(hashlib.md5(",".join(row).encode()).hexdigest()[:5] for row in rows)
+    concatenated = ",".join(rowhashes)
+    assert len(concatenated) > 1024  # else the cut would not show
+    return hashlib.md5(concatenated[:1024].encode()).hexdigest()
+
+
+def test_table_hash_cuts_group_concat_at_1024_bytes_on_cpu():
+    expected = agentbench_hash_written_out(BIG.rows)
+    untruncated = hashlib.md5(
+        ",".join(sorted(hashlib.md5(",".join(r).encode()).hexdigest()[:5] for r in BIG.rows)).encode()
+    )
+    assert expected != untruncated.hexdigest()
+    assert table_hash(BIG.rows) == expected
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+def test_backends_hash_a_big_table_as_mysql_with_its_default_limit_on_cpu(backend, request):
+    async def scenario() -> str:
+        if backend == "mariadb":
+            server = request.getfixturevalue("mariadb_server")
+            db_backend = MariaDBBackend(ServerAddress.from_url(server.url), 1, 10.0)
+        else:
+            db_backend = SQLiteBackend(1, 10.0)
+        database = await db_backend.open([BIG])
+        try:
+            return await database.tables_hash([BIG])
+        finally:
+            await database.close()
+            await db_backend.close()
+
+    assert asyncio.run(scenario()) == agentbench_hash_written_out(BIG.rows)
 
 
 async def _gold_hash_mismatches(backend, samples) -> list[int]:
