@@ -48,6 +48,12 @@ def _skip_reason(longrepr: object) -> str:
     return reason.removeprefix("Skipped: ")
 
 
+def _one_line(reason: str, limit: int = 200) -> str:
+    """A reason on one summary line: its lines joined, cut at ``limit`` characters."""
+    text = " / ".join(line.strip() for line in reason.splitlines() if line.strip())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass
 class _Tally:
     """The skips seen so far: allowed ones by reason, refused ones by reason."""
@@ -134,4 +140,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         if counts:
             terminalreporter.write_line(f"{sum(counts.values())} {title}:")
             for reason, count in counts.most_common():
-                terminalreporter.write_line(f"  {count:4d} x {reason}")
+                terminalreporter.write_line(f"  {count:4d} x {_one_line(reason)}")
