@@ -350,17 +350,7 @@ class OSTask(Task):
         )
 
     async def _check(self, sample: OSSample, box: SessionResource, answer: Any) -> bool:
-        """AgentBench's check chain: each script gets the answer and the previous outputs."""
-        assert sample.check is not None
-        params = [str(answer)]
-        for script in sample.check:
-            script = script if script is not None else sample.example
-            assert script is not None  # data.parse_sample guarantees an example for null steps
-            result = await run_script(box, script, params, self.script_timeout_s, None)
-            if result.exit_code != 0:
-                return False
-            params.append(result.output)
-        return True
+        return await check_answer(box, sample, answer, self.script_timeout_s)
 
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus AgentBench's ``overall`` (total, pass, wrong, acc)."""
@@ -374,6 +364,21 @@ class OSTask(Task):
             "acc": passed / total if total else 0.0,
         }
         return summary
+
+
+async def check_answer(box: SessionResource, sample: OSSample, answer: Any, timeout_s: float) -> bool:
+    """AgentBench's check chain, run in ``box``: each script gets the answer and the previous
+    scripts' outputs as arguments (a null step runs the sample's example); all must exit 0."""
+    assert sample.check is not None
+    params = [str(answer)]
+    for script in sample.check:
+        script = script if script is not None else sample.example
+        assert script is not None  # data.parse_sample guarantees an example for null steps
+        result = await run_script(box, script, params, timeout_s, None)
+        if result.exit_code != 0:
+            return False
+        params.append(result.output)
+    return True
 
 
 def match_answer(answer: Any, match: dict[str, Any]) -> bool:

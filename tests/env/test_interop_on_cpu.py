@@ -1,7 +1,8 @@
 """Wire compatibility with AgentRL's published packages (``agentrl-worker`` 0.4.0, ``agentrl-eval`` 0.1.2).
 
 Their packages run from a separate cached venv (see ``interop_venv.py`` for why); the first run
-builds it from PyPI (about a minute). Without PyPI access the tests are skipped with pip's reason.
+builds it from PyPI (about a minute). Without PyPI access the tests skip with pip's reason, which
+fails the run in strict mode (``scripts/test.sh``, ``CI=true``; docs/testing.md).
 """
 
 from __future__ import annotations

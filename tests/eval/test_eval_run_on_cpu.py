@@ -95,12 +95,15 @@ def fake_openai():
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
-    """A controller with the held-out (test) splits of guess and calc as ``guess_test``, ``calc_test``."""
+    """A controller with the held-out (test) splits of guess and calc as ``guess_test``, ``calc_test``,
+    and ``guess_partial``: guess with 2 guesses and ``partial_credit`` 0.5 (a lost sample's reward > 0)."""
     with EnvServers(tmp_path_factory.mktemp("env-logs")) as servers:
         ctl = servers.controller()
         for spec, name in ((GUESS, "guess_test"), (CALC, "calc_test")):
             servers.worker(ctl, spec, task_kwargs={"split": "test", "name": name}, heartbeat_interval=1.0)
-        for name in ("guess_test", "calc_test"):
+        partial = {"split": "test", "name": "guess_partial", "max_turns": 2, "partial_credit": 0.5}
+        servers.worker(ctl, GUESS, task_kwargs=partial, heartbeat_interval=1.0)
+        for name in ("guess_test", "calc_test", "guess_partial"):
             servers.wait_routable(ctl, name)
         yield ctl.api
 
@@ -247,6 +250,33 @@ def test_bad_input_is_named_on_cpu(controller, fake_openai, tmp_path, capsys):
             eval_main(common + argv)
         assert exc.value.code == 2
         assert re.search(message, capsys.readouterr().err), message
+
+
+def test_incomplete_episode_scores_zero_whatever_the_environment_gave_on_cpu(controller, fake_openai):
+    # guess_partial allows 2 guesses: binary search (8, then 4 or 12) solves secrets 8, 4 and 12;
+    # any other secret ends "task limit reached" with the environment's partial reward, 0.5 x the
+    # information its answers gave (> 0 after two answers, envs/guess/README.md). Evaluation scores
+    # an episode that did not complete as 0 (eval/report.py's rule), not with that reward.
+    base_url, _ = fake_openai
+    indices = list(range(12))
+    report = evaluate(
+        controller,
+        ["guess_partial"],
+        ["bisect"],
+        EvalSettings(),
+        base_url=base_url,
+        indices=indices,
+        progress=False,
+    )
+    solved = {i for i in indices if random.Random(i).randint(1, 16) in (8, 4, 12)}
+    assert 0 < len(solved) < len(indices), solved  # both kinds of episode are in the sample
+    assert len(report.episodes) == len(indices)
+    for e in report.episodes:
+        if e.index in solved:
+            assert (e.status, e.reward, e.success) == ("completed", 1.0, True), e
+        else:
+            assert (e.status, e.reward, e.success) == ("task limit reached", 0.0, False), e
+    assert report.summary["guess_partial"].reward_mean == pytest.approx(len(solved) / len(indices))
 
 
 def test_endpoint_that_fails_counts_episodes_as_failed_on_cpu(controller, fake_openai):

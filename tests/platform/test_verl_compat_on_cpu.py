@@ -10,8 +10,23 @@ import pytest
 from agentrl_ext.platform import verl_compat
 
 
-def test_verl_version_is_pinned_on_cpu():
-    verl_compat.check_verl_version()
+def test_verl_version_is_pinned_on_cpu(monkeypatch):
+    import re
+    from pathlib import Path
+
+    import verl
+
+    # the pin the package installs (setup.cfg), the one the code checks, and the one installed agree
+    setup_cfg = (Path(__file__).resolve().parents[2] / "setup.cfg").read_text()
+    pins = set(re.findall(r"verl\[[a-z,-]+\]==([0-9.]+)", setup_cfg))
+    assert pins == {verl_compat.VERL_VERSION} == {verl.__version__}
+    assert verl_compat.check_verl_version() is None
+    # another verl is refused, naming both versions and the fix
+    monkeypatch.setattr(verl, "__version__", "0.9.2")
+    with pytest.raises(
+        RuntimeError, match=r"verl==0\.9\.1 but verl 0\.9\.2 is installed; install verl\[verl-core\]==0\.9\.1"
+    ):
+        verl_compat.check_verl_version()
 
 
 @pytest.mark.parametrize(("module", "attr"), verl_compat.PRIVATE_NAMES)

@@ -151,15 +151,31 @@ def test_agentbench_recipe_fits_every_opening_prompt_on_cpu():
     assert turn is not None and turn < response
 
 
-def test_agentbench_recipe_passes_our_checks_and_verl_arithmetic_on_cpu(tmp_path, capsys):
+def test_agentbench_recipe_passes_our_checks_and_verl_arithmetic_on_cpu(tmp_path):
     from verl.utils import config as verl_config
 
-    config = _filled(tmp_path)
-    check_config(config, cuda=False)
-    apply_cpu_defaults(config)
     # our plugin may have wrapped it with the pre-Ray hook: take verl's own
-    inspect.unwrap(verl_config.validate_config)(config, use_reference_policy=True, use_critic=False)
-    assert "All configuration checks passed" in capsys.readouterr().out
+    validate = inspect.unwrap(verl_config.validate_config)
+
+    def checked(overrides: list[str]) -> DictConfig:
+        config = _filled(tmp_path / str(len(overrides)), overrides)
+        assert check_config(config, cuda=False) is None
+        apply_cpu_defaults(config)
+        return config
+
+    config = checked([])
+    # the arithmetic verl needs, from the recipe's numbers: whole mini-batches per step, and a
+    # step's episodes split evenly over the data-parallel ranks
+    batch, mini = config.data.train_batch_size, config.actor_rollout_ref.actor.ppo_mini_batch_size
+    ranks = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    assert batch % mini == 0 and (batch * config.actor_rollout_ref.rollout.n) % ranks == 0
+    assert validate(config, use_reference_policy=True, use_critic=False) is None
+    # and verl's check does run on this config: one prompt fewer than a mini-batch is refused there
+    short = checked([f"data.train_batch_size={mini - 1}"])
+    with pytest.raises(
+        ValueError, match=rf"train_batch_size \({mini - 1}\) must be >= actor.ppo_mini_batch_size \({mini}\)"
+    ):
+        validate(short, use_reference_policy=True, use_critic=False)
 
 
 def test_agentbench_recipe_without_os_still_validates_on_cpu(tmp_path):

@@ -7,7 +7,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from omegaconf import OmegaConf
 
+from agentrl_ext.testing.env_servers import REPO
 from agentrl_ext.trainer import async_trainer
 from agentrl_ext.trainer.async_buffer import (
     FAILURE,
@@ -51,6 +53,22 @@ def test_group_barrier_releases_only_settled_groups_on_cpu():
     release = policy.release(groups, global_step=1)
     assert release.ready == ["c"]
     assert release.stale == release.failed == release.partial == []
+
+
+def test_gpu_base_recipe_waits_for_a_whole_batch_not_a_mini_batch_on_cpu():
+    # the GPU base recipe trains 64 groups a step in mini-batches of 32: one ready mini-batch is
+    # half a batch, and a step must still wait (the other policies here have batch == mini-batch)
+    recipe = OmegaConf.load(REPO / "recipes" / "base" / "agentrl_gpu.yaml")
+    batch, mini = recipe.data.train_batch_size, recipe.actor_rollout_ref.actor.ppo_mini_batch_size
+    assert (batch, mini) == (64, 32)
+    policy = _policy(
+        batch_groups=batch, batch_multiple=mini, capacity_groups=2 * batch, concurrency_groups=2 * batch
+    )
+    ready = [f"g{i}" for i in range(2 * batch)]
+    assert policy.take(ready[:mini]) == [], "one mini-batch (half a batch) ready: the step must wait"
+    assert policy.take(ready[: batch - 1]) == [], "one group short of a batch: the step must wait"
+    assert policy.take(ready[:batch]) == ready[:batch]
+    assert policy.take(ready[: batch + mini + 1]) == ready[: batch + mini]  # whole mini-batches
 
 
 def test_variable_batch_takes_all_complete_groups_in_whole_mini_batches_on_cpu():

@@ -7,6 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
+from agentrl_ext.rollout.standalone_pool import standalone_rollout
 from agentrl_ext.trainer.main import check_algorithm, check_async_pipeline, recipes_dir
 
 
@@ -69,7 +70,16 @@ def test_async_mode_runs_any_rollout_from_a_standalone_pool_on_cpu(async_config,
             "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
         },
     )
-    check_async_pipeline(config, cuda=True)
+    assert standalone_rollout(config)  # replicas of their own, refreshed through the checkpoint engine
+    assert check_async_pipeline(config, cuda=True) is None  # accepted
+    # what makes vLLM/SGLang acceptable is the standalone pool: colocated, they would sleep through updates
+    colocated = _with(config, **{"actor_rollout_ref.hybrid_engine": True})
+    assert not standalone_rollout(colocated)
+    if rollout == "hf":
+        assert check_async_pipeline(colocated, cuda=True) is None
+    else:
+        with pytest.raises(ValueError, match=f"with {rollout} replicas colocated.*hybrid_engine=false"):
+            check_async_pipeline(colocated, cuda=True)
 
 
 def test_async_standalone_pool_refuses_the_naive_engine_naming_the_fix_on_cpu(async_config):

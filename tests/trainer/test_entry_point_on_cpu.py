@@ -337,11 +337,27 @@ def test_task_without_worker_is_named_on_cpu(tmp_path):
         check_environment(good, AgentRLConfig.from_config(good.agentrl))
 
 
-def test_non_agentrl_datasets_skip_the_environment_check_on_cpu():
-    from agentrl_ext.trainer.main import check_environment
+def test_non_agentrl_datasets_skip_the_environment_check_on_cpu(tmp_path):
+    import pandas as pd
 
-    config = _compose("cpu_smoke", ["data.train_files=[]", "data.val_files=[]"])
-    check_environment(config, AgentRLConfig.from_config(config.agentrl))
+    from agentrl_ext.testing.env_servers import free_port
+    from agentrl_ext.trainer.main import check_environment, dataset_tasks
+
+    # nothing listens at this URL: contacting it raises ConnectionError (test_unreachable_controller_is_named_on_cpu)
+    dead = f"agentrl.agent_loop.controller_url=http://127.0.0.1:{free_port()}/api"
+    plain = tmp_path / "plain.parquet"  # rows for verl's own single-turn loop, no sample_index
+    pd.DataFrame(
+        {
+            "data_source": ["gsm8k"],
+            "prompt": [[{"role": "user", "content": "1+1?"}]],
+            "agent_name": ["single_turn_agent"],
+        }
+    ).to_parquet(plain)
+    for files in ("[]", str(plain)):
+        config = _compose("cpu_smoke", [f"data.train_files={files}", f"data.val_files={files}", dead])
+        assert dataset_tasks(config) == set(), files
+        # returns without asking the (dead) controller anything
+        assert check_environment(config, AgentRLConfig.from_config(config.agentrl), timeout_s=2) is None
 
 
 def test_help_lists_recipes_keys_and_cpu_changes_on_cpu(tmp_path):
@@ -398,6 +414,8 @@ def test_rows_without_sample_index_are_named_before_ray_on_cpu(tmp_path):
 def test_environment_check_waits_for_workers_to_rejoin_on_cpu(tmp_path):
     import threading
 
+    import httpx
+
     from agentrl_ext.testing.env_servers import EnvServers
     from agentrl_ext.trainer.main import check_environment
 
@@ -411,5 +429,8 @@ def test_environment_check_waits_for_workers_to_rejoin_on_cpu(tmp_path):
         late.start()
         try:
             check_environment(config, AgentRLConfig.from_config(config.agentrl), rejoin_wait_s=30)
+            # it returned because the worker had joined, not before: the controller lists it healthy
+            workers = httpx.get(f"{controller.api}/list_workers", timeout=10).json()
         finally:
             late.join()
+        assert [w["healthy"] for w in workers.get("letters", [])] == [True], workers

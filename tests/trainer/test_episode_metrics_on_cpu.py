@@ -34,6 +34,27 @@ def test_episode_metrics_on_cpu():
     assert m["agentrl/env/reward_overwritten"] == 0
 
 
+def test_turn_share_counts_turns_and_reward_mean_leaves_failed_episodes_out_on_cpu():
+    # episode A: 4 turns, 3 of them by the stale pool; episode B: 1 turn by the current pool; C failed.
+    tasks = ["os", "os", "os"]
+    rewards = [1.0, 0.5, 0.0]
+    extras = [
+        _extra(True, policies=("stale", "stale", "stale", "current"), versions=(1, 1, 1, 3)),
+        _extra(False, reward=0.5),
+        _extra(False, status="task error", failed=True, policies=(), versions=(), reward=0.0),
+    ]
+    m = episode_metrics(tasks, rewards, extras)
+    # per turn: 3 stale of 5 turns (per episode it would be 1 of 3 pool-episodes)
+    assert m["agentrl/cross_policy/turn_share/stale"] == pytest.approx(3 / 5)
+    assert m["agentrl/cross_policy/turn_share/current"] == pytest.approx(2 / 5)
+    # each turn weighs its episode's reward: current turns are A's (1.0) and B's (0.5)
+    assert m["agentrl/cross_policy/reward_mean/current"] == pytest.approx((1.0 + 0.5) / 2)
+    # the failed episode (reward 0.0) is not an outcome of the policy: left out of the mean
+    assert m["agentrl/task/os/episode_reward_mean"] == pytest.approx((1.0 + 0.5) / 2)
+    assert m["agentrl/task/os/turns_mean"] == pytest.approx((4 + 1) / 2)
+    assert m["agentrl/task/os/episodes"] == 3 and m["agentrl/task/os/failed"] == 1
+
+
 def test_overwritten_reward_is_counted_on_cpu():
     m = episode_metrics(["os"], [0.3], [_extra(True, reward=1.0)])
     assert m["agentrl/env/reward_overwritten"] == 1

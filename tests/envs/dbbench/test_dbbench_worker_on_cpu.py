@@ -238,10 +238,9 @@ def test_killed_mariadb_gives_task_error_and_worker_recovers_on_cpu(tmp_path, db
         server.stop()
 
 
+@pytest.mark.parametrize("dbbench", ["mariadb"], indirect=True)  # SQLite episodes live in memory only
 def test_episode_databases_are_dropped_also_on_cancel_on_cpu(dbbench, request):
-    backend, client, _ = dbbench
-    if backend != "mariadb":
-        pytest.skip("SQLite episodes live in memory only")
+    _, client, _ = dbbench
     import pymysql  # only where MariaDB runs
 
     address = ServerAddress.from_url(request.getfixturevalue("mariadb_server").url)

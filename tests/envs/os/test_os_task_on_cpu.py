@@ -16,7 +16,7 @@ from agentrl_ext.env.providers import LocalProvider
 from envs.os.data import load_split, parse_sample
 from envs.os.prompts import TOOLS, os_output
 from envs.os.shell import Shell, run_script
-from envs.os.task import OSTask, match_answer
+from envs.os.task import OSTask, check_answer, match_answer
 
 
 def test_splits_have_agentbench_sizes_on_cpu(os_data_dir):
@@ -57,7 +57,56 @@ def test_match_rules_on_cpu():
     assert not match_answer("Love", {"answer": "love"})
     assert not match_answer(220, {"answer": "220"})  # AgentBench compares the raw value
     assert match_answer("got 42 files", {"regex": r"\b42\b"})
+    assert not match_answer("got 420 files", {"regex": r"\b42\b"}), (
+        "a regex that is not in the answer matched"
+    )
+    assert not match_answer("", {"regex": r"^\d+$"}), "a regex that is not in the answer matched"
+    assert match_answer("  7 ", {"regex": r"\d"}) and not match_answer("seven", {"regex": r"\d"})
     assert not match_answer(None, {"regex": "x"})
+
+
+# a check step that passes when its second argument is the first step's stdout, kept whole
+ARGV_2_IS_STEP_1 = "import sys; sys.exit(0 if sys.argv[1:] == ['anything', 'from-step-1\\n'] else 1)"
+
+
+def test_check_chain_runs_example_and_checker_without_docker_on_cpu(os_data_dir, tmp_path):
+    # AgentBench's usual check: a null step runs the example (its stdout is the expected value),
+    # then the group's integer-match.py compares the answer ($1) with it ($2); the scripts are the
+    # vendored ones, run by the local provider (no container: the logic is the same).
+    scripts = os_data_dir / "agentbench" / "os_interaction" / "scripts" / "1"
+    evaluation = {
+        "check": [None, {"language": "python", "file": "check/integer-match.py"}],
+        "example": "echo 42",
+    }
+    sample = parse_sample({"description": "d", "evaluation": evaluation}, scripts, "synthetic#0")
+    failing_first = parse_sample(
+        {"description": "d", "evaluation": {"check": ["exit 1", {"language": "bash", "code": "exit 0"}]}},
+        scripts,
+        "synthetic#1",
+    )
+    chained = parse_sample(
+        {
+            "description": "d",
+            "evaluation": {"check": ["echo from-step-1", {"language": "python", "code": ARGV_2_IS_STEP_1}]},
+        },
+        scripts,
+        "synthetic#2",
+    )
+
+    async def scenario() -> list[bool]:
+        provider = LocalProvider(tmp_path / "boxes")
+        async with provider.session("os-check", 1) as box:
+            verdicts = [
+                await check_answer(box, sample, answer, 10) for answer in ("42", " 42\n", "41", "forty-two")
+            ]
+            verdicts.append(await check_answer(box, failing_first, "anything", 10))
+            verdicts.append(await check_answer(box, chained, "anything", 10))
+        await provider.close()
+        return verdicts
+
+    # 42 and " 42\n" are the integer 42; 41 is not; "forty-two" makes int() fail (exit 1); a failing
+    # step fails the chain; a later step gets the earlier step's output
+    assert asyncio.run(scenario()) == [True, True, False, False, False, True]
 
 
 def test_malformed_problem_names_where_on_cpu(tmp_path):
