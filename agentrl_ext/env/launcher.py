@@ -382,7 +382,7 @@ class EnvStack:
     tasks: Sequence[str]
     port: int = DEFAULT_PORT
     docker: bool = False
-    split: str = "test"
+    split: str = "train"
     kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_dir: Path | None = None
     ready_timeout_s: float = 180.0
@@ -730,18 +730,26 @@ def _parse_kwargs(values: list[str]) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """``agentrl-envs up|list``."""
+    defaults = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(
-        prog="agentrl-envs", description=__doc__.splitlines()[0] if __doc__ else None
+        prog="agentrl-envs",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        formatter_class=defaults,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="the known tasks")
-    up = commands.add_parser("up", help="start the controller and task workers; Ctrl-C stops them")
-    up.add_argument("--tasks", required=True, help=f"comma-separated, of: {','.join(KNOWN_TASKS)}")
-    up.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"the controller's port (default {DEFAULT_PORT})"
+    commands.add_parser("list", help="the known tasks", formatter_class=defaults)
+    up = commands.add_parser(
+        "up", help="start the controller and task workers; Ctrl-C stops them", formatter_class=defaults
     )
+    up.add_argument("--tasks", required=True, help=f"comma-separated, of: {','.join(KNOWN_TASKS)}")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="the controller's port on 127.0.0.1")
     up.add_argument("--docker", action="store_true", help="each worker in its own container")
-    up.add_argument("--split", default="test", choices=SPLITS, help="the tasks' split (default test)")
+    up.add_argument(
+        "--split",
+        default="train",
+        choices=SPLITS,
+        help="the tasks' split: train for training data, test (held out) for evaluation",
+    )
     up.add_argument(
         "--task-kwargs",
         action="append",
@@ -749,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TASK=JSON",
         help='e.g. dbbench=\'{"backend": "sqlite"}\'',
     )
-    up.add_argument("--log-dir", type=Path, default=None, help="process logs (default: a temporary folder)")
+    up.add_argument("--log-dir", type=Path, default=None, help="process logs (none: a temporary folder)")
     up.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for each worker")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -785,6 +793,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stack:
             print(stack.describe(), flush=True)
+            if stack.split != "train":
+                print(
+                    f"agentrl-envs: serving the held-out {stack.split} split, for evaluation; "
+                    "agentrl-build-dataset refuses to build a training set from it (--allow-held-out overrides)",
+                    flush=True,
+                )
             print(f"agentrl-envs: ready ({', '.join(stack.tasks)}); Ctrl-C stops everything", flush=True)
             while not (dead := stack.dead()):
                 time.sleep(0.5)

@@ -5,7 +5,9 @@
     agentrl-eval-run --controller-url http://127.0.0.1:5020/api --task dbbench \\
         --base-url http://127.0.0.1:8000/v1 --model Qwen2.5-14B --model Llama-3.1-8B --runs 2
 
-Prints the per-task table, writes every episode and the summary as JSON (``--out``).
+Prints the per-task table, writes every episode and the summary as JSON (``--out``). Exits 1,
+with a summary on stderr, when episodes failed for reasons outside the agent (an unreachable
+model endpoint or environment, task errors): their 0 % measures nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import sys
 from typing import Any
 
+from agentrl_ext.env.client import ControllerUnavailable, unreachable_message
 from agentrl_ext.eval.report import render_table
 from agentrl_ext.eval.runner import DEFAULT_API_KEY_ENV, EvalSettings, evaluate, parse_indices
 
@@ -132,9 +135,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
+    except ControllerUnavailable:
+        parser.exit(1, f"agentrl-eval-run: {unreachable_message(args.controller_url)}\n")
     path = report.save(args.out)
     print(render_table(report))
     print(f"results: {path}", file=sys.stderr)
+    failures = report.failure_summary()
+    if failures:
+        # the table's 0 % of these is no measurement of the agent: fail, and say why
+        print(f"agentrl-eval-run: {failures}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -55,6 +55,16 @@ class TaskSummary:
     statuses: dict[str, int]
     success_threshold: float
 
+    @property
+    def ran(self) -> int:
+        """Episodes that ran to an end (not ``failed``): the ones that say something about the agent."""
+        return self.episodes - self.failed
+
+    @property
+    def success_rate_of_ran(self) -> float:
+        """Success rate over the episodes that ran (NaN when none did): failed episodes apart."""
+        return round(self.success_rate * self.episodes) / self.ran if self.ran else math.nan
+
     @classmethod
     def of(cls, records: Sequence[EpisodeRecord], success_threshold: float) -> TaskSummary:
         n = len(records)
@@ -113,6 +123,20 @@ class EvalReport:
         if isinstance(self.settings.get("tasks"), list):
             self.settings["tasks"] = [names.get(t, t) for t in self.settings["tasks"]]
         return self
+
+    def failure_summary(self, limit: int = 3) -> str | None:
+        """One line on the episodes that failed for reasons outside the agent (unreachable model
+        endpoint or environment, task errors), with the most common errors; None when none failed."""
+        failed = [r for r in self.episodes if r.failed]
+        if not failed:
+            return None
+        errors = Counter((r.error or r.status).splitlines()[0][:200] for r in failed).most_common(limit)
+        per_task = Counter(r.task for r in failed)
+        return (
+            f"{len(failed)} of {len(self.episodes)} episodes failed, not by the agent's doing "
+            f"({', '.join(f'{t}: {n}' for t, n in per_task.items())}); "
+            + "; ".join(f"{n}x {e}" for e, n in errors)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

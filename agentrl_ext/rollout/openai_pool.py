@@ -92,7 +92,13 @@ class OpenAIPool:
         if tools:
             body["tools"] = tools
         headers = {"authorization": f"Bearer {member.api_key}"} if member.api_key else {}
-        response = await self._http.post(f"{member.base_url}/chat/completions", json=body, headers=headers)
+        url = f"{member.base_url}/chat/completions"
+        try:
+            response = await self._http.post(url, json=body, headers=headers)
+        except httpx.TransportError as exc:  # nothing listens, refused, timed out: name the endpoint
+            raise RuntimeError(
+                f"model endpoint {url} of {member.name} unreachable ({type(exc).__name__}: {exc})"
+            ) from exc
         if response.status_code != 200:
             raise RuntimeError(
                 f"pool member {member.name} answered HTTP {response.status_code}: {response.text[:300]}"

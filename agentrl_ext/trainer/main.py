@@ -388,6 +388,18 @@ def check_environment(
 _preflighted: set[int] = set()
 
 
+def pin_cache_dir(config: DictConfig) -> AgentRLConfig:
+    """Write the resolved, absolute ``agentrl.cache_dir`` into ``config`` (unset, paths such as
+    ``${agentrl.cache_dir}/agentrl_data`` would read ``None/agentrl_data``, relative to whatever
+    directory a process runs in); returns the typed ``agentrl`` node."""
+    agentrl = AgentRLConfig.from_config(config.get("agentrl"))
+    with open_dict(config):
+        if config.get("agentrl") is None:
+            config.agentrl = {}
+        config.agentrl.cache_dir = agentrl.cache_dir
+    return agentrl
+
+
 def preflight(config: DictConfig) -> None:
     """Everything that must hold before Ray starts, for both entry points (``agentrl-train`` and
     verl's ``main_ppo``, which calls it through the plugin's pre-Ray hook): pin paths, build
@@ -398,12 +410,7 @@ def preflight(config: DictConfig) -> None:
     from agentrl_ext.platform.cpu_defaults import cpu_preflight
     from agentrl_ext.platform.cpu_platform import cuda_present
 
-    agentrl = AgentRLConfig.from_config(config.get("agentrl"))
-    with open_dict(config):
-        # Ray processes may not share the driver's working directory: pin paths down.
-        if config.get("agentrl") is None:
-            config.agentrl = {}
-        config.agentrl.cache_dir = agentrl.cache_dir
+    agentrl = pin_cache_dir(config)
     prepare_assets(config, agentrl)
     check_config(config, cuda=cuda_present())
     check_environment(config, agentrl)

@@ -259,3 +259,25 @@ def test_endpoint_that_fails_counts_episodes_as_failed_on_cpu(controller, fake_o
     assert [(e.status, e.failed) for e in report.episodes] == [("task error", True)] * 2
     assert all("404" in (e.error or "") for e in report.episodes)
     assert report.summary["guess_test"].failed == 2 and report.summary["guess_test"].success_rate == 0.0
+
+
+def test_a_dead_model_endpoint_fails_the_command_on_cpu(controller, tmp_path, capsys):
+    """Nothing listens at --base-url: exit 1 and a summary on stderr, not a silent 0 % table."""
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    out = tmp_path / "dead.json"
+    argv = ["--controller-url", controller, "--task", "guess_test", "--indices", "0,1", "--model", "m"]
+    code = eval_main([*argv, "--base-url", dead, "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "2 of 2 episodes failed, not by the agent's doing (guess_test: 2)" in err
+    assert "127.0.0.1" in err  # the error names the endpoint
+    assert EvalReport.load(out).summary["guess_test"].failed == 2  # the results are still written
+
+
+def test_an_unreachable_controller_is_one_line_on_cpu(tmp_path, capsys):
+    url = f"http://127.0.0.1:{free_port()}/api"
+    with pytest.raises(SystemExit) as exc:
+        eval_main(["--controller-url", url, "--task", "guess", "--model", "m", "--base-url", url])
+    err = capsys.readouterr().err
+    assert exc.value.code == 1
+    assert err.strip().count("\n") == 0 and url in err and "agentrl-envs up" in err

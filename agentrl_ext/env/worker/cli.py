@@ -79,5 +79,6 @@ def main(argv: list[str] | None = None) -> None:
         self_address=self_address,
         concurrency=args.concurrency,
         heartbeat_interval_s=args.heartbeat_interval,
+        split=kwargs["split"] if isinstance(kwargs.get("split"), str) else None,
     )
     serve(worker.app, args.host, args.port, args.log_level)
