@@ -11,7 +11,9 @@ object (ranges checked in ``__post_init__``); inner code takes that object once 
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional  # noqa: UP035 (OmegaConf structured configs)
@@ -366,7 +368,9 @@ class AgentRLConfig:
             obj = OmegaConf.to_object(merged)
         except OmegaConfBaseException as exc:
             known = [key for key, _default, _meaning in describe_keys(cls)]
-            raise ValueError(f"invalid agentrl config: {exc}\nknown keys: {', '.join(known)}") from exc
+            full_key = getattr(exc, "full_key", None)
+            hint = did_you_mean(f"agentrl.{full_key}", known) if full_key else ""
+            raise ValueError(f"invalid agentrl config: {exc}{hint}\nknown keys: {', '.join(known)}") from exc
         assert isinstance(obj, cls)
         return obj
 
@@ -415,6 +419,21 @@ def describe_keys(klass: type = AgentRLConfig, prefix: str = "agentrl") -> list[
             default = f.default_factory() if f.default_factory is not MISSING else f.default
             out.append((key, repr(default) if default is not None else "null", comments.get(f.name, "")))
     return out
+
+
+def did_you_mean(key: str, known: Sequence[str]) -> str:
+    """``; did you mean X?`` for the known keys closest to ``key`` (difflib), or ``""``."""
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.75)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def unknown_agentrl_override(key: str) -> str | None:
+    """The error for an ``agentrl.*`` override that names no key (with a suggestion), else None.
+    A key below a mapping-valued key (``agentrl.envs.task_kwargs.guess.show_range``) is known."""
+    known = [k for k, _default, _meaning in describe_keys()]
+    if key in known or any(key.startswith(k + ".") or k.startswith(key + ".") for k in known):
+        return None
+    return f"{key} is not an agentrl key{did_you_mean(key, known)} (agentrl-train --help lists them all)"
 
 
 def register_config_group() -> None:

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl_ext import cli
+
 logger = logging.getLogger(__name__)
 
 AGENT_NAME = "agentrl"
@@ -172,19 +174,9 @@ def check_training_splits(
 
 def build_parser() -> argparse.ArgumentParser:
     """``agentrl-build-dataset``'s arguments."""
-    parser = argparse.ArgumentParser(
-        prog="agentrl-build-dataset",
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument(
-        "--controller-url",
-        "--controller",  # the old spelling, kept working
-        dest="controller_url",
-        default="http://127.0.0.1:5020/api",
-        help="the controller's API base (agentrl-envs up serves it on port 5020)",
-    )
-    parser.add_argument("--tasks", required=True, help="comma-separated task names")
+    parser = cli.parser("agentrl-build-dataset", __doc__)
+    cli.add_controller_url(parser)
+    cli.add_tasks(parser)
     parser.add_argument("--out", required=True, help="the parquet file to write")
     parser.add_argument(
         "--kind",
@@ -213,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         # the base install is the environment side only; the parquet writer comes with an extra
         parser.error(f"writing parquet needs {' and '.join(missing)}: pip install 'agentrl_ext[data]'")
-    tasks = [t for t in args.tasks.split(",") if t]
+    tasks = cli.tasks_of(args.tasks)
     try:
         indices = asyncio.run(fetch_indices(args.controller_url, tasks))
         warning = None

@@ -20,7 +20,6 @@ stack from the recipe with :func:`launch_from_config` (``agentrl.envs.launch=tru
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import logging
@@ -40,6 +39,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from agentrl_ext import cli
 from agentrl_ext.env.protocol import API_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -325,7 +325,7 @@ def worker_argv(
     if kwargs:
         argv += ["--task-kwargs", json.dumps(kwargs)]
     if controller_api is not None:
-        argv += ["--controller", controller_api]
+        argv += ["--controller-url", controller_api]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
     return argv + ["--log-level", log_level]
@@ -730,18 +730,14 @@ def _parse_kwargs(values: list[str]) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """``agentrl-envs up|list``."""
-    defaults = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="agentrl-envs",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-        formatter_class=defaults,
-    )
+    defaults = cli.HelpFormatter
+    parser = cli.parser("agentrl-envs", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="the known tasks", formatter_class=defaults)
     up = commands.add_parser(
         "up", help="start the controller and task workers; Ctrl-C stops them", formatter_class=defaults
     )
-    up.add_argument("--tasks", required=True, help=f"comma-separated, of: {','.join(KNOWN_TASKS)}")
+    cli.add_tasks(up, help=f"comma-separated, of: {','.join(KNOWN_TASKS)}")
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="the controller's port on 127.0.0.1")
     up.add_argument("--docker", action="store_true", help="each worker in its own container")
     up.add_argument(
@@ -770,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         stack = EnvStack(
-            tasks=[t for t in args.tasks.split(",") if t],
+            tasks=cli.tasks_of(args.tasks),
             port=args.port,
             docker=args.docker,
             split=args.split,

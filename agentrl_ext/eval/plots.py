@@ -22,7 +22,6 @@ Matplotlib draws without pyplot (no global backend, Agg for PNG).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrl_ext import cli
 from agentrl_ext.eval.report import EvalReport, TaskSummary, rate_interval
 
 logger = logging.getLogger(__name__)
@@ -282,9 +282,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, smooth: int
 
 def main(argv: list[str] | None = None) -> int:
     """Console script ``agentrl-plot RUN_DIR``."""
-    parser = argparse.ArgumentParser(prog="agentrl-plot", description=__doc__.splitlines()[0])
+    parser = cli.parser("agentrl-plot", __doc__)
     parser.add_argument("run_dir", help="a run folder: verl metrics JSONL and/or agentrl-eval-run JSON files")
-    parser.add_argument("--out", help="where the PNGs go (default RUN_DIR/plots)")
+    parser.add_argument("--out", help="the folder the PNGs go to (none: RUN_DIR/plots)")
     parser.add_argument(
         "--smooth", type=int, default=5, help="moving-average window of training curves (1: none)"
     )

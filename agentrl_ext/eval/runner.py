@@ -224,7 +224,7 @@ async def evaluate_async(
     tasks = list(dict.fromkeys(tasks))
     names = [os.fspath(m) for m in models]  # local paths may come as pathlib.Path
     if not tasks:
-        raise ValueError("no task to evaluate: give --task NAME (a task registered with the controller)")
+        raise ValueError("no task to evaluate: give --tasks NAME (a task registered with the controller)")
     if api_key is None:
         api_key = os.environ.get(DEFAULT_API_KEY_ENV) or None
     started = time.time()

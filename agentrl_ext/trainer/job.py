@@ -172,7 +172,7 @@ def _held_out_stack(agentrl: AgentRLConfig, tasks: list[str], run_dir: Path) -> 
 def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
     """Run the stages the config enables around ``run_rl(config)`` (verl's trainer)."""
     from agentrl_ext.env.launcher import launch_from_config
-    from agentrl_ext.trainer.main import pin_cache_dir, preflight
+    from agentrl_ext.trainer.main import EarlyCheckError, pin_cache_dir, preflight
 
     agentrl = pin_cache_dir(config)  # before any stage writes below ${agentrl.cache_dir}
     run_dir = run_dir_of(config)
@@ -197,7 +197,12 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
             )
         if agentrl.assets.build_env_data:
             with _stage("RL data", timings):
-                build_env_data(config, controller_url, tasks, seed=int(config.trainer.get("seed", 0) or 0))
+                try:
+                    build_env_data(
+                        config, controller_url, tasks, seed=int(config.trainer.get("seed", 0) or 0)
+                    )
+                except ValueError as exc:  # a held-out split: the message names the fix
+                    raise EarlyCheckError(str(exc)) from exc
         # every check before the first expensive stage (verl's own run skips it for this config)
         preflight(config)
         if agentrl.sft.enable:

@@ -108,7 +108,7 @@ def controller(tmp_path_factory):
 def test_cli_endpoint_model_results_and_table_on_cpu(controller, fake_openai, tmp_path, capsys):
     base_url, _ = fake_openai
     out = tmp_path / "eval.json"
-    argv = f"--controller-url {controller} --task guess_test,calc_test --indices 0:20 --runs 2".split()
+    argv = f"--controller-url {controller} --tasks guess_test,calc_test --indices 0:20 --runs 2".split()
     argv += f"--base-url {base_url} --model bisect --out {out} --no-progress --label fake".split()
     assert eval_main(argv) == 0
     data = json.loads(out.read_text())
@@ -205,7 +205,7 @@ def test_cli_tiny_model_served_locally_cross_sampled_on_cpu(controller, tmp_path
     """The tiny model (untrained: it writes no tool call) through the training agent loop."""
     models = [str(tiny_model_path(seed=0)), str(tiny_model_path(seed=1))]
     out = tmp_path / "tiny.json"
-    argv = f"--controller-url {controller} --task guess_test --indices 0:16 --max-tokens 16".split()
+    argv = f"--controller-url {controller} --tasks guess_test --indices 0:16 --max-tokens 16".split()
     argv += "--prompt-length 512 --response-length 128 --temperature 1.0 --concurrency 16".split()
     argv += f"--model {models[0]} --model {models[1]} --out {out} --no-progress".split()
     assert eval_main(argv) == 0
@@ -265,7 +265,7 @@ def test_a_dead_model_endpoint_fails_the_command_on_cpu(controller, tmp_path, ca
     """Nothing listens at --base-url: exit 1 and a summary on stderr, not a silent 0 % table."""
     dead = f"http://127.0.0.1:{free_port()}/v1"
     out = tmp_path / "dead.json"
-    argv = ["--controller-url", controller, "--task", "guess_test", "--indices", "0,1", "--model", "m"]
+    argv = ["--controller-url", controller, "--tasks", "guess_test", "--indices", "0,1", "--model", "m"]
     code = eval_main([*argv, "--base-url", dead, "--no-progress", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 1
@@ -277,7 +277,7 @@ def test_a_dead_model_endpoint_fails_the_command_on_cpu(controller, tmp_path, ca
 def test_an_unreachable_controller_is_one_line_on_cpu(tmp_path, capsys):
     url = f"http://127.0.0.1:{free_port()}/api"
     with pytest.raises(SystemExit) as exc:
-        eval_main(["--controller-url", url, "--task", "guess", "--model", "m", "--base-url", url])
+        eval_main(["--controller-url", url, "--tasks", "guess", "--model", "m", "--base-url", url])
     err = capsys.readouterr().err
     assert exc.value.code == 1
     assert err.strip().count("\n") == 0 and url in err and "agentrl-envs up" in err
