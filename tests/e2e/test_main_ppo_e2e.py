@@ -17,7 +17,7 @@ import pytest
 from agentrl_ext.testing.env_servers import REPO, env_servers
 
 #: the file whose marked ``bash`` block is the verl user's command
-SOURCE = REPO / "README.md"
+SOURCE = REPO / "docs" / "verl_users.md"
 MARKER = "<!-- e2e: tests/e2e/test_main_ppo_e2e.py runs the next block -->"
 
 WORKERS = [
