@@ -5,7 +5,9 @@
     agentrl-eval-run --controller-url http://127.0.0.1:5020/api --tasks dbbench \\
         --base-url http://127.0.0.1:8000/v1 --model Qwen2.5-14B --model Llama-3.1-8B --runs 2
 
-Prints the per-task table, writes every episode and the summary as JSON (``--out``). Exits 1,
+Prints the per-task table and writes the summary as JSON (``--out``) and every episode, with its
+transcript (messages, tool calls, tool answers, status, reward, the model of each turn), as JSON
+Lines beside it; ``--resume`` skips the episodes already finished there. Exits 1,
 with a summary on stderr, when episodes failed for reasons outside the agent (an unreachable
 model endpoint or environment, task errors): their 0 % measures nothing.
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 from agentrl_ext import cli
 from agentrl_ext.env.client import ControllerUnavailable, unreachable_message
-from agentrl_ext.eval.report import render_table
+from agentrl_ext.eval.report import episodes_path, render_table
 from agentrl_ext.eval.runner import DEFAULT_API_KEY_ENV, EvalSettings, evaluate, parse_indices
 
 
@@ -84,7 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="seeds model draws and local sampling")
     p.add_argument("--label", default="", help="name of this evaluation in tables and plots, e.g. before_rl")
-    p.add_argument("--out", default="eval_results.json", help="JSON results file")
+    p.add_argument(
+        "--out",
+        default="eval_results.json",
+        help="the summary file (JSON); every episode with its transcript goes beside it, to "
+        "OUT_STEM.episodes.jsonl",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the episodes the episodes file already holds finished (failed ones run again)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--log-level", default="WARNING")
     return p
@@ -125,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             api_key=os.environ.get(args.api_key_env) or None,
             label=args.label,
             progress=not args.no_progress,
+            episodes_out=episodes_path(args.out),
+            resume=args.resume,
             **kwargs,
         )
     except ValueError as exc:
@@ -133,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(1, f"agentrl-eval-run: {unreachable_message(args.controller_url)}\n")
     path = report.save(args.out)
     print(render_table(report))
-    print(f"results: {path}", file=sys.stderr)
+    print(f"results: {path} (summary), {episodes_path(path)} (every episode)", file=sys.stderr)
     failures = report.failure_summary()
     if failures:
         # the table's 0 % of these is no measurement of the agent: fail, and say why

@@ -41,6 +41,18 @@ class EpisodeRecord:
     failed: bool = False
     #: the model that generated each assistant turn (cross-sample mode draws one per turn)
     models: list[str] = field(default_factory=list)
+    #: the conversation: opening messages, assistant turns (with tool calls), tool answers; written
+    #: to the episodes file (JSON Lines), not to the summary file
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """What identifies the episode across runs of the command: (task, index, run)."""
+        return self.task, json.dumps(self.index), self.run
+
+    def to_json(self) -> str:
+        """One line of the episodes file."""
+        return json.dumps(asdict(self), default=str)
 
 
 @dataclass
@@ -145,7 +157,7 @@ class EvalReport:
             "settings": self.settings,
             "summary": {t: asdict(s) for t, s in self.summary.items()},
             "turn_share": self.turn_share,
-            "episodes": [asdict(r) for r in self.episodes],
+            "episodes": [{k: v for k, v in asdict(r).items() if k != "messages"} for r in self.episodes],
         }
 
     @classmethod
@@ -177,6 +189,31 @@ class EvalReport:
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"cannot read evaluation results {path}: {exc}") from exc
         return cls.from_dict(data, source=str(path))
+
+
+def episodes_path(summary_path: str | Path) -> Path:
+    """The episodes file (JSON Lines, one :class:`EpisodeRecord` with its transcript a line) beside
+    the summary file: ``eval/before_rl.json`` -> ``eval/before_rl.episodes.jsonl``."""
+    path = Path(summary_path)
+    return path.with_name(f"{path.stem}.episodes.jsonl")
+
+
+def read_episodes(path: str | Path) -> dict[tuple[str, str, int], EpisodeRecord]:
+    """The records of an episodes file by :attr:`EpisodeRecord.key` (a later line of the same
+    episode wins: a resumed run appends); an unreadable last line (a run killed mid-write) is skipped."""
+    records: dict[tuple[str, str, int], EpisodeRecord] = {}
+    lines = Path(path).read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = EpisodeRecord(**json.loads(line))
+        except (json.JSONDecodeError, TypeError) as exc:
+            if number == len(lines):
+                continue
+            raise ValueError(f"{path}:{number} is not an episode record: {exc}") from None
+        records[record.key] = record
+    return records
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -60,6 +60,9 @@ class EpisodeResult:
     reward: float
     turn_members: list[str] = field(default_factory=list)
     error: str | None = None
+    #: the conversation: the opening messages, each assistant turn (with its tool calls) and the
+    #: environment's answers (tool messages), in order
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
 
 class OpenAIPool:
@@ -127,7 +130,7 @@ async def run_episode(
     except (ControllerError, ControllerUnavailable) as exc:
         return EpisodeResult(task, index, SampleStatus.TASK_ERROR.value, 0.0, error=str(exc))
     session_id, messages, tools = started.session_id, list(started.response.messages), started.response.tools
-    result = EpisodeResult(task, index, SampleStatus.RUNNING.value, 0.0)
+    result = EpisodeResult(task, index, SampleStatus.RUNNING.value, 0.0, messages=messages)
     try:
         for _ in range(max_turns):
             member, assistant = await pool.complete(messages, tools, sampling, rng)
