@@ -2,7 +2,9 @@
 
 - ``--tasks a,b`` (repeatable) names tasks, ``--controller-url URL`` the controller's API base;
   the old spellings (``--task``, ``--controller``) still work and are left out of the help;
-- ``--out`` is where a command writes: a folder when it writes several files, a file when one;
+- ``--out`` names the command's output: a file where there is one main file (``agentrl-build-dataset``:
+  the parquet file; ``agentrl-eval-run``: the summary JSON, its episodes file written beside it), a
+  folder where there are several of equal rank (``agentrl-plot``: the PNGs);
 - help shows every default (:class:`HelpFormatter`) and no reST markup (:func:`plain`);
 - a mistake is one line on stderr naming the value and the fix, never a traceback.
 """
