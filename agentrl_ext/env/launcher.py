@@ -356,10 +356,20 @@ def wait_routable(
 # ---------------------------------------------------------------------------- the stack
 
 
+def script_path(name: str) -> Path:
+    """``scripts/<name>`` of the source tree, else the copy a wheel ships (``agentrl_ext/scripts/``:
+    ``mariadb.sh`` and ``dockerd.sh``; the image builders need a source checkout)."""
+    for folder in (SCRIPTS, Path(__file__).resolve().parents[1] / "scripts"):
+        if (folder / name).is_file():
+            return folder / name
+    raise RuntimeError(
+        f"{SCRIPTS / name} not found: the wheel ships mariadb.sh and dockerd.sh; {name} runs from a source "
+        "checkout of agentrl_ext (git clone, then pip install -e .)"
+    )
+
+
 def _script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    path = SCRIPTS / name
-    if not path.is_file():
-        raise RuntimeError(f"{path} not found: agentrl-envs runs the servers' scripts from a source checkout")
+    path = script_path(name)
     return subprocess.run(["bash", str(path), *args], capture_output=True, text=True, timeout=600, env=env)
 
 
