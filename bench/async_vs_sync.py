@@ -101,7 +101,7 @@ WORKERS = [
 
 
 #: the current pool as a standalone replica refreshed through the gloo checkpoint engine after every
-#: step (README, "Where the rollout runs": the path vLLM/SGLang take on GPUs)
+#: step (docs/training.md, "Where the rollout runs": the path vLLM/SGLang take on GPUs)
 STANDALONE = (
     "actor_rollout_ref.hybrid_engine=false",
     "actor_rollout_ref.rollout.nnodes=1",

@@ -38,7 +38,7 @@ fi
 start=$(date +%s)
 if ! python -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1; then
-    echo "[setup] GPU host: torch comes with verl's GPU extra (see README, GPU notes)"
+    echo "[setup] GPU host: torch comes with verl's GPU extra (see docs/install.md, GPU notes)"
   else
     # Never an unversioned torch here: it would pull a multi-GB CUDA build.
     echo "[setup] installing torch==${TORCH_CPU_VERSION} (CPU)"

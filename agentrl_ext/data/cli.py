@@ -18,6 +18,7 @@ import logging
 import sys
 from collections import Counter, defaultdict
 
+from agentrl_ext import cli
 from agentrl_ext.data.fetch import GITHUB_RAW, fetch
 from agentrl_ext.data.manifest import GROUPS
 from agentrl_ext.data.store import (
@@ -106,39 +107,47 @@ def _path(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``agentrl-data`` argument parser."""
-    parser = argparse.ArgumentParser(
-        prog="agentrl-data",
-        description="Install, fetch and list the AgentBench / ALFWorld / WebShop data.",
+    parser = cli.parser(
+        "agentrl-data",
+        "Install, fetch and list the AgentBench / ALFWorld / WebShop data.",
         epilog=f"data directory: --data-dir, else ${DATA_DIR_ENV}, else {default_data_dir()}",
     )
     parser.add_argument(
-        "--data-dir", default=None, help=f"data directory (default ${DATA_DIR_ENV} or the XDG default)"
+        "--data-dir", default=None, help=f"data directory (none: ${DATA_DIR_ENV}, else the XDG default)"
     )
     # the same flag after the command; SUPPRESS keeps a value given before it
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    listing = commands.add_parser("list", parents=[common], help="show what is installed (verified)")
+    listing = commands.add_parser(
+        "list", parents=[common], formatter_class=cli.HelpFormatter, help="show what is installed (verified)"
+    )
     listing.add_argument("--json", action="store_true", help="one JSON object with every file's state")
     listing.add_argument("-v", "--verbose", action="store_true", help="also name the missing files")
     listing.set_defaults(run=_list)
 
-    install = commands.add_parser("install", parents=[common], help="install from a local copy")
+    install = commands.add_parser(
+        "install", parents=[common], formatter_class=cli.HelpFormatter, help="install from a local copy"
+    )
     install.add_argument("--from", dest="source", required=True, help="folder of the copy (with SHA256SUMS)")
     install.set_defaults(run=_install)
 
-    fetching = commands.add_parser("fetch", parents=[common], help="download from the public sources")
+    fetching = commands.add_parser(
+        "fetch", parents=[common], formatter_class=cli.HelpFormatter, help="download from the public sources"
+    )
     fetching.add_argument("--only", default=None, help=f"comma-separated groups of: {', '.join(GROUPS)}")
     fetching.add_argument(
         "--raw-base",
         default=GITHUB_RAW,
-        help=f"base URL of raw repository files (default {GITHUB_RAW}; a mirror or file:// folder)",
+        help="base URL of raw repository files (a mirror or a file:// folder)",
     )
-    fetching.add_argument("--workers", type=int, default=8, help="parallel downloads (default 8)")
+    fetching.add_argument("--workers", type=int, default=8, help="parallel downloads")
     fetching.set_defaults(run=_fetch)
 
-    path = commands.add_parser("path", parents=[common], help="print the data directory")
+    path = commands.add_parser(
+        "path", parents=[common], formatter_class=cli.HelpFormatter, help="print the data directory"
+    )
     path.set_defaults(run=_path)
     return parser
 

@@ -19,9 +19,12 @@ import importlib.util
 import json
 import logging
 import random
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from agentrl_ext import cli
 
 logger = logging.getLogger(__name__)
 
@@ -136,22 +139,90 @@ async def fetch_indices(controller_url: str, tasks: Sequence[str]) -> dict[str, 
         return {task: list(await client.get_indices(task)) for task in tasks}
 
 
+async def fetch_splits(controller_url: str, tasks: Sequence[str]) -> dict[str, list[str]]:
+    """The data splits the workers of each task report serving (none for a task without splits)."""
+    from agentrl_ext.env.client import ControllerClient
+
+    async with ControllerClient(controller_url) as client:
+        workers = await client.list_workers()
+    return {task: sorted({w.split for w in workers.get(task, []) if w.split}) for task in tasks}
+
+
+def held_out_splits(splits: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """The tasks whose workers serve a split other than ``train`` (a held-out split), with those splits."""
+    return {
+        task: [s for s in names if s != "train"] for task, names in splits.items() if set(names) - {"train"}
+    }
+
+
+def check_training_splits(
+    splits: Mapping[str, Sequence[str]], controller_url: str, fix: str, allowed: bool = False
+) -> str | None:
+    """Refuse (ValueError) a training set built from a held-out split, unless ``allowed``; then
+    return the warning to print. ``fix`` says how to serve the train split instead."""
+    held_out = held_out_splits(splits)
+    if not held_out:
+        return None
+    what = ", ".join(f"{task}: {'/'.join(names)}" for task, names in held_out.items())
+    if not allowed:
+        raise ValueError(
+            f"the workers at {controller_url} serve held-out split(s) ({what}); a training set built from them "
+            f"trains on the evaluation samples. {fix}"
+        )
+    return f"warning: this training set is built from held-out split(s) ({what}), as asked"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``agentrl-build-dataset``'s arguments."""
+    parser = cli.parser("agentrl-build-dataset", __doc__)
+    cli.add_controller_url(parser)
+    cli.add_tasks(parser)
+    parser.add_argument("--out", required=True, help="the parquet file to write")
+    parser.add_argument(
+        "--kind",
+        "--split",  # the old name of this option (it never chose the environment's split)
+        dest="kind",
+        default="train",
+        choices=["train", "val"],
+        help="train: AgentRL's mixing (smaller tasks repeated to the largest); val: every index once",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seeds the shuffles")
+    parser.add_argument(
+        "--allow-held-out",
+        action="store_true",
+        help="build a training set even though the workers serve a held-out (test) split",
+    )
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``agentrl-build-dataset --controller URL --tasks a,b --out train.parquet``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--controller", required=True, help="controller URL, e.g. http://127.0.0.1:5020/api")
-    parser.add_argument("--tasks", required=True, help="comma-separated task names")
-    parser.add_argument("--out", required=True, help="output parquet file")
-    parser.add_argument("--split", default="train", choices=["train", "val"], help="val: no repetition")
-    parser.add_argument("--seed", type=int, default=0)
+    """``agentrl-build-dataset --tasks a,b --out train.parquet``."""
+    from agentrl_ext.env.client import ControllerError, ControllerUnavailable, unreachable_message
+
+    parser = build_parser()
     args = parser.parse_args(argv)
     missing = [name for name in ("pandas", "pyarrow") if importlib.util.find_spec(name) is None]
     if missing:
         # the base install is the environment side only; the parquet writer comes with an extra
         parser.error(f"writing parquet needs {' and '.join(missing)}: pip install 'agentrl_ext[data]'")
-    tasks = [t for t in args.tasks.split(",") if t]
-    indices = asyncio.run(fetch_indices(args.controller, tasks))
-    path = build_multitask_dataset(indices, args.out, seed=args.seed, split=args.split)
+    tasks = cli.tasks_of(args.tasks)
+    try:
+        indices = asyncio.run(fetch_indices(args.controller_url, tasks))
+        warning = None
+        if args.kind == "train":
+            splits = asyncio.run(fetch_splits(args.controller_url, tasks))
+            fix = (
+                "Serve the train split (agentrl-envs up --split train, the default), build an evaluation "
+                "set with --kind val, or pass --allow-held-out if you mean it."
+            )
+            warning = check_training_splits(splits, args.controller_url, fix, allowed=args.allow_held_out)
+    except ControllerUnavailable:
+        parser.exit(1, f"agentrl-build-dataset: {unreachable_message(args.controller_url)}\n")
+    except (ControllerError, ValueError) as exc:  # the message alone, no traceback
+        parser.exit(1, f"agentrl-build-dataset: {exc}\n")
+    if warning:
+        print(warning, file=sys.stderr)
+    path = build_multitask_dataset(indices, args.out, seed=args.seed, split=args.kind)
     counts = ", ".join(f"{t}: {len(i)}" for t, i in indices.items())
     print(f"wrote {path} ({counts})")
     return 0

@@ -58,6 +58,14 @@ class ControllerUnavailable(Exception):
     """The controller could not be reached after every retry."""
 
 
+def unreachable_message(url: str, option: str = "--controller-url") -> str:
+    """The one line a command prints when nothing answers at the controller URL ``url``."""
+    return (
+        f"no controller answers at {url}: start one (agentrl-envs up --tasks NAME[,NAME...], which serves "
+        f"http://127.0.0.1:5020/api) or pass the URL of a running one with {option}"
+    )
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounded retries with exponential backoff and jitter."""

@@ -20,7 +20,6 @@ stack from the recipe with :func:`launch_from_config` (``agentrl.envs.launch=tru
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import logging
@@ -40,6 +39,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from agentrl_ext import cli
 from agentrl_ext.env.protocol import API_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -325,7 +325,7 @@ def worker_argv(
     if kwargs:
         argv += ["--task-kwargs", json.dumps(kwargs)]
     if controller_api is not None:
-        argv += ["--controller", controller_api]
+        argv += ["--controller-url", controller_api]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
     return argv + ["--log-level", log_level]
@@ -356,10 +356,20 @@ def wait_routable(
 # ---------------------------------------------------------------------------- the stack
 
 
+def script_path(name: str) -> Path:
+    """``scripts/<name>`` of the source tree, else the copy a wheel ships (``agentrl_ext/scripts/``:
+    ``mariadb.sh`` and ``dockerd.sh``; the image builders need a source checkout)."""
+    for folder in (SCRIPTS, Path(__file__).resolve().parents[1] / "scripts"):
+        if (folder / name).is_file():
+            return folder / name
+    raise RuntimeError(
+        f"{SCRIPTS / name} not found: the wheel ships mariadb.sh and dockerd.sh; {name} runs from a source "
+        "checkout of agentrl_ext (git clone, then pip install -e .)"
+    )
+
+
 def _script(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    path = SCRIPTS / name
-    if not path.is_file():
-        raise RuntimeError(f"{path} not found: agentrl-envs runs the servers' scripts from a source checkout")
+    path = script_path(name)
     return subprocess.run(["bash", str(path), *args], capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -382,7 +392,7 @@ class EnvStack:
     tasks: Sequence[str]
     port: int = DEFAULT_PORT
     docker: bool = False
-    split: str = "test"
+    split: str = "train"
     kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_dir: Path | None = None
     ready_timeout_s: float = 180.0
@@ -730,18 +740,22 @@ def _parse_kwargs(values: list[str]) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """``agentrl-envs up|list``."""
-    parser = argparse.ArgumentParser(
-        prog="agentrl-envs", description=__doc__.splitlines()[0] if __doc__ else None
-    )
+    defaults = cli.HelpFormatter
+    parser = cli.parser("agentrl-envs", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="the known tasks")
-    up = commands.add_parser("up", help="start the controller and task workers; Ctrl-C stops them")
-    up.add_argument("--tasks", required=True, help=f"comma-separated, of: {','.join(KNOWN_TASKS)}")
-    up.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"the controller's port (default {DEFAULT_PORT})"
+    commands.add_parser("list", help="the known tasks", formatter_class=defaults)
+    up = commands.add_parser(
+        "up", help="start the controller and task workers; Ctrl-C stops them", formatter_class=defaults
     )
+    cli.add_tasks(up, help=f"comma-separated, of: {','.join(KNOWN_TASKS)}")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="the controller's port on 127.0.0.1")
     up.add_argument("--docker", action="store_true", help="each worker in its own container")
-    up.add_argument("--split", default="test", choices=SPLITS, help="the tasks' split (default test)")
+    up.add_argument(
+        "--split",
+        default="train",
+        choices=SPLITS,
+        help="the tasks' split: train for training data, test (held out) for evaluation",
+    )
     up.add_argument(
         "--task-kwargs",
         action="append",
@@ -749,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TASK=JSON",
         help='e.g. dbbench=\'{"backend": "sqlite"}\'',
     )
-    up.add_argument("--log-dir", type=Path, default=None, help="process logs (default: a temporary folder)")
+    up.add_argument("--log-dir", type=Path, default=None, help="process logs (none: a temporary folder)")
     up.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for each worker")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -762,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         stack = EnvStack(
-            tasks=[t for t in args.tasks.split(",") if t],
+            tasks=cli.tasks_of(args.tasks),
             port=args.port,
             docker=args.docker,
             split=args.split,
@@ -785,6 +799,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stack:
             print(stack.describe(), flush=True)
+            if stack.split != "train":
+                print(
+                    f"agentrl-envs: serving the held-out {stack.split} split, for evaluation; "
+                    "agentrl-build-dataset refuses to build a training set from it (--allow-held-out overrides)",
+                    flush=True,
+                )
             print(f"agentrl-envs: ready ({', '.join(stack.tasks)}); Ctrl-C stops everything", flush=True)
             while not (dead := stack.dead()):
                 time.sleep(0.5)

@@ -156,6 +156,9 @@ class HeartbeatRequest(_Model):
     )
     concurrency: int = Field(ge=1)
     indices: list[SampleIndex] = Field(default_factory=list)
+    split: str | None = Field(
+        default=None, description="the data split the task serves (train, test, ...), when it has one"
+    )
 
 
 class TaskOutput(_Model):
@@ -185,6 +188,7 @@ class WorkerInfo(_Model):
     routable: bool
     last_heartbeat_age_s: float
     num_indices: int
+    split: str | None = None
 
 
 class SessionInfo(_Model):

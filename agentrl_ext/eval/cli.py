@@ -1,11 +1,15 @@
 """``agentrl-eval-run``: evaluate a local checkpoint or OpenAI-compatible models on tasks.
 
-    agentrl-eval-run --controller-url http://127.0.0.1:5020/api --task guess_test --indices 0:100 \\
+    agentrl-eval-run --controller-url http://127.0.0.1:5020/api --tasks guess_test --indices 0:100 \\
         --model .cache/agentrl/runs/main/sft_model --out eval/sft.json
-    agentrl-eval-run --controller-url http://127.0.0.1:5020/api --task dbbench \\
+    agentrl-eval-run --controller-url http://127.0.0.1:5020/api --tasks dbbench \\
         --base-url http://127.0.0.1:8000/v1 --model Qwen2.5-14B --model Llama-3.1-8B --runs 2
 
-Prints the per-task table, writes every episode and the summary as JSON (``--out``).
+Prints the per-task table and writes the summary as JSON (``--out``) and every episode, with its
+transcript (messages, tool calls, tool answers, status, reward, the model of each turn), as JSON
+Lines beside it; ``--resume`` skips the episodes already finished there. Exits 1,
+with a summary on stderr, when episodes failed for reasons outside the agent (an unreachable
+model endpoint or environment, task errors): their 0 % measures nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import os
 import sys
 from typing import Any
 
-from agentrl_ext.eval.report import render_table
+from agentrl_ext import cli
+from agentrl_ext.env.client import ControllerUnavailable, unreachable_message
+from agentrl_ext.eval.report import episodes_path, render_table
 from agentrl_ext.eval.runner import DEFAULT_API_KEY_ENV, EvalSettings, evaluate, parse_indices
 
 
@@ -37,19 +43,12 @@ def _success_reward(values: list[str] | None) -> float | dict[str, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentrl-eval-run", description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--controller-url",
-        "--controller",
-        required=True,
-        help="controller API base, e.g. http://127.0.0.1:5020/api",
-    )
-    p.add_argument(
-        "--task", action="append", required=True, help="task name as registered (repeat, or comma-separated)"
-    )
+    p = cli.parser("agentrl-eval-run", __doc__)
+    cli.add_controller_url(p)
+    cli.add_tasks(p, help="task names as registered, comma-separated (or --tasks repeated)")
     p.add_argument(
         "--indices",
-        help="index values to evaluate, e.g. 0:100 or 1,5,9 (default: all the task's workers offer)",
+        help="index values to evaluate, e.g. 0:100 or 1,5,9 (none: all the task's workers offer)",
     )
     p.add_argument("--limit", type=int, help="at most the first N selected indices per task")
     p.add_argument(
@@ -83,11 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--success-reward",
         action="append",
-        help="success = completed with reward >= this (default 1); NUMBER or TASK=NUMBER, repeatable",
+        help="success = completed with reward >= this (none: 1); NUMBER or TASK=NUMBER, repeatable",
     )
     p.add_argument("--seed", type=int, default=0, help="seeds model draws and local sampling")
     p.add_argument("--label", default="", help="name of this evaluation in tables and plots, e.g. before_rl")
-    p.add_argument("--out", default="eval_results.json", help="JSON results file")
+    p.add_argument(
+        "--out",
+        default="eval_results.json",
+        help="the summary file (JSON); every episode with its transcript goes beside it, to "
+        "OUT_STEM.episodes.jsonl",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the episodes the episodes file already holds finished (failed ones run again)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--log-level", default="WARNING")
     return p
@@ -98,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    tasks = [t for spec in args.task for t in spec.split(",") if t]
+    tasks = cli.tasks_of(args.tasks)
     kwargs: dict[str, Any] = {}
     try:
         settings = EvalSettings(
@@ -128,14 +137,35 @@ def main(argv: list[str] | None = None) -> int:
             api_key=os.environ.get(args.api_key_env) or None,
             label=args.label,
             progress=not args.no_progress,
+            episodes_out=episodes_path(args.out),
+            resume=args.resume,
             **kwargs,
         )
     except ValueError as exc:
         parser.error(str(exc))
+    except ControllerUnavailable:
+        parser.exit(1, f"agentrl-eval-run: {unreachable_message(args.controller_url)}\n")
     path = report.save(args.out)
     print(render_table(report))
-    print(f"results: {path}", file=sys.stderr)
+    print(f"results: {path} (summary), {episodes_path(path)} (every episode)", file=sys.stderr)
+    failures = report.failure_summary()
+    if failures:
+        # the table's 0 % of these is no measurement of the agent: fail, and say why
+        print(f"agentrl-eval-run: {failures}", file=sys.stderr)
+        return 1
     return 0
+
+
+def eval_pool_main(argv: list[str] | None = None) -> int:
+    """``agentrl-eval-pool`` (deprecated): ``agentrl-eval-run``, whose ``--model name=URL,model[,weight]``
+    is the old ``--member`` (repeat it for a cross-sampled pool)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    print(
+        "agentrl-eval-pool is deprecated and runs agentrl-eval-run: write --model name=URL,model[,weight] "
+        "for each --member",
+        file=sys.stderr,
+    )
+    return main([a.replace("--member", "--model", 1) if a.startswith("--member") else a for a in args])
 
 
 if __name__ == "__main__":

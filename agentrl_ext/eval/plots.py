@@ -14,12 +14,14 @@ A run folder holds what a training run writes:
 Written (in ``RUN_DIR/plots`` unless told otherwise): ``success.png`` and ``reward.png``, one
 panel per task, training value per step (thin) with its moving average (thick) and the
 validation points; ``eval_success.png``, the success rate per task of each evaluation as
-grouped bars with the 95% interval of each rate. Matplotlib draws without pyplot (no global backend, Agg for PNG).
+grouped bars with the 95% interval of each rate. Episodes that failed outside the agent's
+control (``failed``: an endpoint or environment down) are left out of a bar and counted in its
+label; a task none of whose episodes ran has no bar, only the label ``all N failed``.
+Matplotlib draws without pyplot (no global backend, Agg for PNG).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -30,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl_ext.eval.report import EvalReport, rate_interval
+from agentrl_ext import cli
+from agentrl_ext.eval.report import EvalReport, TaskSummary, rate_interval
 
 logger = logging.getLogger(__name__)
 
@@ -203,16 +206,23 @@ def eval_figure(reports: Sequence[EvalReport]) -> Any:
     ax = fig.subplots()
     for i, report in enumerate(reports):
         xs = [t + (i - (len(reports) - 1) / 2) * width for t in range(len(tasks))]
-        ys = [100 * report.summary[t].success_rate if t in report.summary else 0.0 for t in tasks]
-        errors = [100 * rate_interval(report.summary[t]) if t in report.summary else 0.0 for t in tasks]
+        # failed episodes (endpoint or environment down) say nothing about the agent: the bar is the
+        # rate over the episodes that ran, and its label says how many failed; none ran: no bar
+        summaries = [report.summary.get(t) for t in tasks]
+        ys = [100 * s.success_rate_of_ran if s is not None else math.nan for s in summaries]
+        errors = [100 * _interval_of_ran(s) if s is not None and s.ran else 0.0 for s in summaries]
         bars = ax.bar(
-            xs, ys, width * 0.95, yerr=errors, capsize=3, label=report.label or f"evaluation {i + 1}"
+            xs,
+            [0.0 if math.isnan(y) else y for y in ys],
+            width * 0.95,
+            yerr=errors,
+            capsize=3,
+            label=report.label or f"evaluation {i + 1}",
         )
-        ax.bar_label(
-            bars,
-            labels=[f"{y:.0f}" if t in report.summary else "" for y, t in zip(ys, tasks, strict=True)],
-            fontsize=7,
-        )
+        ax.bar_label(bars, labels=[_bar_label(s, y) for s, y in zip(summaries, ys, strict=True)], fontsize=7)
+        for bar, y in zip(bars, ys, strict=True):
+            if math.isnan(y):
+                bar.set_visible(False)
     ax.set_xticks(range(len(tasks)), tasks)
     ax.set_ylabel("success rate (%)")
     ax.set_ylim(0, 108)
@@ -220,6 +230,20 @@ def eval_figure(reports: Sequence[EvalReport]) -> Any:
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return fig
+
+
+def _interval_of_ran(summary: TaskSummary) -> float:
+    """:func:`rate_interval` over the episodes that ran."""
+    ran = TaskSummary(summary.ran, summary.success_rate_of_ran, 0.0, 0.0, 0, {}, summary.success_threshold)
+    return rate_interval(ran)
+
+
+def _bar_label(summary: TaskSummary | None, percent: float) -> str:
+    if summary is None:
+        return ""
+    if not summary.ran:
+        return f"all {summary.failed} failed"
+    return f"{percent:.0f}" + (f" ({summary.failed} failed)" if summary.failed else "")
 
 
 def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, smooth: int = 5) -> list[Path]:
@@ -258,9 +282,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, smooth: int
 
 def main(argv: list[str] | None = None) -> int:
     """Console script ``agentrl-plot RUN_DIR``."""
-    parser = argparse.ArgumentParser(prog="agentrl-plot", description=__doc__.splitlines()[0])
+    parser = cli.parser("agentrl-plot", __doc__)
     parser.add_argument("run_dir", help="a run folder: verl metrics JSONL and/or agentrl-eval-run JSON files")
-    parser.add_argument("--out", help="where the PNGs go (default RUN_DIR/plots)")
+    parser.add_argument("--out", help="the folder the PNGs go to (none: RUN_DIR/plots)")
     parser.add_argument(
         "--smooth", type=int, default=5, help="moving-average window of training curves (1: none)"
     )

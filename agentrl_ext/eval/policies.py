@@ -22,7 +22,7 @@ import random
 import zlib
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,6 +44,8 @@ class Played:
     models: list[str]
     failed: bool = False
     error: str | None = None
+    #: the conversation (opening messages, assistant turns with their tool calls, tool answers)
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class EndpointPolicy:
             models=list(result.turn_members),
             failed=result.status in FAILURE_STATUSES,
             error=result.error,
+            messages=list(result.messages),
         )
 
     async def close(self) -> None:
@@ -121,6 +124,40 @@ def is_checkpoint_dir(path: str) -> bool:
     return (Path(path).expanduser() / "config.json").is_file()
 
 
+#: files that hold a Hugging Face model's weights (one of them, or shards named in an index)
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def resolve_checkpoint(path: str) -> str:
+    """The Hugging Face folder to load for ``path``: the folder itself, or, for a verl checkpoint
+    (``global_step_N/`` or its ``actor/``), its ``actor/huggingface``. A folder with a config but
+    no weights (verl saved without ``hf_model``) is a ValueError naming the merge command."""
+    folder = Path(path).expanduser()
+    for candidate in (folder / "actor" / "huggingface", folder / "huggingface"):
+        if (candidate / "config.json").is_file():
+            folder = candidate
+            break
+    has_config = (folder / "config.json").is_file()
+    if (
+        has_config
+        and not any((folder / f).is_file() for f in WEIGHT_FILES)
+        and not any(folder.glob("*.safetensors"))
+    ):
+        actor = folder.parent if folder.name == "huggingface" else folder
+        raise ValueError(
+            f"{folder} holds a model config but no weights: verl saved this checkpoint without hf_model. "
+            f"Merge its shards into that folder (python -m verl.model_merger merge --backend fsdp --local_dir "
+            f"{actor} --target_dir {folder}), or let the run save them: "
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"
+        )
+    return str(folder)
+
+
 class LocalPolicy:
     """HF checkpoints served in this process; episodes run by the training agent loop.
 
@@ -141,13 +178,14 @@ class LocalPolicy:
 
         from agentrl_ext.platform.hf_server import HFRolloutServer
 
+        self.names = list(names) if names else _short_names(paths)
+        paths = [resolve_checkpoint(p) for p in paths]
         for path in paths:
             if not is_checkpoint_dir(path):
                 raise ValueError(
                     f"model {path!r} is not a local HF checkpoint directory (no config.json there); "
                     "give a checkpoint folder, or --base-url URL to evaluate a model behind an OpenAI-compatible endpoint"
                 )
-        self.names = list(names) if names else _short_names(paths)
         if len(set(self.names)) != len(self.names):
             raise ValueError(f"model names {self.names} must be unique")
         rollout = RolloutConfig(
@@ -194,6 +232,7 @@ class LocalPolicy:
             models=list(info.get("turn_policies", [])),
             failed=bool(info.get("failed")),
             error=info.get("error"),
+            messages=list(info.get("messages", [])),
         )
 
     async def close(self) -> None:
@@ -236,6 +275,11 @@ def _agent_loop(
 
         def controller_client(self) -> ControllerClient:
             return self.client
+
+        def _extra(self, state: Any, status: Any, reward: float, success: bool) -> dict[str, Any]:
+            extra = super()._extra(state, status, reward, success)
+            extra["agentrl"]["messages"] = list(state.messages)  # the evaluator's transcript
+            return extra
 
     config = OmegaConf.create(
         {

@@ -41,6 +41,18 @@ class EpisodeRecord:
     failed: bool = False
     #: the model that generated each assistant turn (cross-sample mode draws one per turn)
     models: list[str] = field(default_factory=list)
+    #: the conversation: opening messages, assistant turns (with tool calls), tool answers; written
+    #: to the episodes file (JSON Lines), not to the summary file
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """What identifies the episode across runs of the command: (task, index, run)."""
+        return self.task, json.dumps(self.index), self.run
+
+    def to_json(self) -> str:
+        """One line of the episodes file."""
+        return json.dumps(asdict(self), default=str)
 
 
 @dataclass
@@ -54,6 +66,16 @@ class TaskSummary:
     failed: int
     statuses: dict[str, int]
     success_threshold: float
+
+    @property
+    def ran(self) -> int:
+        """Episodes that ran to an end (not ``failed``): the ones that say something about the agent."""
+        return self.episodes - self.failed
+
+    @property
+    def success_rate_of_ran(self) -> float:
+        """Success rate over the episodes that ran (NaN when none did): failed episodes apart."""
+        return round(self.success_rate * self.episodes) / self.ran if self.ran else math.nan
 
     @classmethod
     def of(cls, records: Sequence[EpisodeRecord], success_threshold: float) -> TaskSummary:
@@ -114,6 +136,20 @@ class EvalReport:
             self.settings["tasks"] = [names.get(t, t) for t in self.settings["tasks"]]
         return self
 
+    def failure_summary(self, limit: int = 3) -> str | None:
+        """One line on the episodes that failed for reasons outside the agent (unreachable model
+        endpoint or environment, task errors), with the most common errors; None when none failed."""
+        failed = [r for r in self.episodes if r.failed]
+        if not failed:
+            return None
+        errors = Counter((r.error or r.status).splitlines()[0][:200] for r in failed).most_common(limit)
+        per_task = Counter(r.task for r in failed)
+        return (
+            f"{len(failed)} of {len(self.episodes)} episodes failed, not by the agent's doing "
+            f"({', '.join(f'{t}: {n}' for t, n in per_task.items())}); "
+            + "; ".join(f"{n}x {e}" for e, n in errors)
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": REPORT_VERSION,
@@ -121,7 +157,7 @@ class EvalReport:
             "settings": self.settings,
             "summary": {t: asdict(s) for t, s in self.summary.items()},
             "turn_share": self.turn_share,
-            "episodes": [asdict(r) for r in self.episodes],
+            "episodes": [{k: v for k, v in asdict(r).items() if k != "messages"} for r in self.episodes],
         }
 
     @classmethod
@@ -153,6 +189,31 @@ class EvalReport:
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"cannot read evaluation results {path}: {exc}") from exc
         return cls.from_dict(data, source=str(path))
+
+
+def episodes_path(summary_path: str | Path) -> Path:
+    """The episodes file (JSON Lines, one :class:`EpisodeRecord` with its transcript a line) beside
+    the summary file: ``eval/before_rl.json`` -> ``eval/before_rl.episodes.jsonl``."""
+    path = Path(summary_path)
+    return path.with_name(f"{path.stem}.episodes.jsonl")
+
+
+def read_episodes(path: str | Path) -> dict[tuple[str, str, int], EpisodeRecord]:
+    """The records of an episodes file by :attr:`EpisodeRecord.key` (a later line of the same
+    episode wins: a resumed run appends); an unreadable last line (a run killed mid-write) is skipped."""
+    records: dict[tuple[str, str, int], EpisodeRecord] = {}
+    lines = Path(path).read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = EpisodeRecord(**json.loads(line))
+        except (json.JSONDecodeError, TypeError) as exc:
+            if number == len(lines):
+                continue
+            raise ValueError(f"{path}:{number} is not an episode record: {exc}") from None
+        records[record.key] = record
+    return records
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

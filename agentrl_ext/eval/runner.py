@@ -16,11 +16,13 @@ keeps them in that order whatever the concurrency.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentrl_ext.env.client import ControllerClient, ControllerError, RetryPolicy
@@ -35,7 +37,7 @@ from agentrl_ext.eval.policies import (
     episode_seed,
     is_checkpoint_dir,
 )
-from agentrl_ext.eval.report import EpisodeRecord, EvalReport
+from agentrl_ext.eval.report import EpisodeRecord, EvalReport, read_episodes
 from agentrl_ext.rollout.openai_pool import PoolMember
 
 logger = logging.getLogger(__name__)
@@ -203,7 +205,23 @@ def _record(task: str, index: Any, run: int, played: Any, threshold: float) -> E
         error=played.error,
         failed=played.failed,
         models=list(played.models),
+        messages=list(played.messages),
     )
+
+
+class _EpisodeSink:
+    """Writes each episode record to the episodes file as it finishes (a killed run keeps them)."""
+
+    def __init__(self, path: str | os.PathLike[str], append: bool) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a" if append else "w")  # noqa: SIM115  (closed by close())
+
+    def write(self, record: EpisodeRecord) -> None:
+        self._file.write(record.to_json() + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 async def evaluate_async(
@@ -218,13 +236,15 @@ async def evaluate_async(
     api_key: str | None = None,
     label: str = "",
     progress: bool = True,
+    episodes_out: str | os.PathLike[str] | None = None,
+    resume: bool = False,
 ) -> EvalReport:
     """:func:`evaluate` inside a running event loop."""
     settings = settings or EvalSettings()
     tasks = list(dict.fromkeys(tasks))
     names = [os.fspath(m) for m in models]  # local paths may come as pathlib.Path
     if not tasks:
-        raise ValueError("no task to evaluate: give --task NAME (a task registered with the controller)")
+        raise ValueError("no task to evaluate: give --tasks NAME (a task registered with the controller)")
     if api_key is None:
         api_key = os.environ.get(DEFAULT_API_KEY_ENV) or None
     started = time.time()
@@ -235,11 +255,28 @@ async def evaluate_async(
             wanted = indices.get(task) if isinstance(indices, Mapping) else indices
             for index in await _task_indices(client, task, wanted, limit):
                 work += [(task, index, run) for run in range(settings.runs)]
+        finished: dict[tuple[str, str, int], EpisodeRecord] = {}
+        if resume and episodes_out is not None and Path(episodes_out).is_file():
+            wanted_keys = {(t, json.dumps(i), r) for t, i, r in work}
+            finished = {
+                k: r
+                for k, r in read_episodes(Path(episodes_out)).items()
+                if not r.failed and k in wanted_keys
+            }
+            logger.warning(
+                "resuming: %d of %d episodes already finished in %s", len(finished), len(work), episodes_out
+            )
+        todo = [(t, i, r) for t, i, r in work if (t, json.dumps(i), r) not in finished]
+        sink = _EpisodeSink(episodes_out, append=resume) if episodes_out is not None else None
         policy = make_policy(names, controller_url, settings, base_url, api_key)
         try:
-            records = await _run_all(client, policy, work, settings, progress)
+            played = await _run_all(client, policy, todo, settings, progress, sink)
         finally:
             await policy.close()
+            if sink is not None:
+                sink.close()
+        by_key = {**finished, **{r.key: r for r in played}}
+        records = [by_key[(t, json.dumps(i), r)] for t, i, r in work]
     run_settings = {
         **{k: v for k, v in asdict(settings).items() if k != "extra"},
         **settings.extra,
@@ -260,6 +297,7 @@ async def _run_all(
     work: Sequence[tuple[str, Any, int]],
     settings: EvalSettings,
     progress: bool,
+    sink: _EpisodeSink | None = None,
 ) -> list[EpisodeRecord]:
     gate = asyncio.Semaphore(settings.concurrency)
     bar = _progress_bar(len(work), progress)
@@ -270,11 +308,17 @@ async def _run_all(
             try:
                 played = await policy.play(client, task, index, episode_seed(settings.seed, task, index, run))
             except Exception as exc:  # noqa: BLE001  (one episode that cannot run is counted, not fatal)
-                logger.warning("episode %s[%s] run %d failed: %r", task, index, run, exc, exc_info=True)
+                logger.debug("episode %s[%s] run %d raised", task, index, run, exc_info=True)
                 played = Played(
                     SampleStatus.TASK_ERROR.value, 0.0, [], failed=True, error=f"{type(exc).__name__}: {exc}"
                 )
         record = _record(task, index, run, played, settings.threshold(task))
+        if record.failed:
+            logger.warning(
+                "episode %s[%s] run %d failed (%s): %s", task, index, run, record.status, record.error
+            )
+        if sink is not None:
+            sink.write(record)
         done["success"] += record.success
         done["failed"] += record.failed
         bar.set_postfix(success=f"{done['success']}/{bar.n + 1}", failed=done["failed"], refresh=False)

@@ -27,6 +27,7 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from agentrl_ext import cli
 from agentrl_ext.models.chat_template import CHAT_TEMPLATES
 from agentrl_ext.models.tiny_corpus import corpus_lines
 
@@ -292,12 +293,12 @@ def build_record(
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = TinyModelSpec()
-    parser = argparse.ArgumentParser(
-        prog="agentrl-tiny-model",
-        description="Build a tiny Qwen2-architecture model and chat tokenizer offline into OUT_DIR.",
+    parser = cli.parser(
+        "agentrl-tiny-model",
+        "Build a tiny Qwen2-architecture model and chat tokenizer offline into OUT_DIR; prints OUT_DIR.",
     )
     parser.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="directory to save_pretrained into")
-    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default: 0)")
+    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
     parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size, help="BPE training target")
     parser.add_argument("--hidden-size", type=int, default=defaults.hidden_size)
     parser.add_argument("--num-layers", type=int, default=defaults.num_layers)

@@ -78,8 +78,17 @@ def build_env_data(config: DictConfig, controller_url: str, tasks: list[str], se
     once) from the controller's indices of ``tasks``."""
     import asyncio
 
-    from agentrl_ext.data.multitask import build_multitask_dataset, fetch_indices
+    from agentrl_ext.data.multitask import (
+        build_multitask_dataset,
+        check_training_splits,
+        fetch_indices,
+        fetch_splits,
+    )
 
+    fix = (
+        "Set agentrl.envs.split=train (the default); evaluation has its own held-out workers (agentrl.eval)."
+    )
+    check_training_splits(asyncio.run(fetch_splits(controller_url, tasks)), controller_url, fix)
     indices = asyncio.run(fetch_indices(controller_url, tasks))
     weights = dict(config.agentrl.assets.task_weights)
     build_multitask_dataset(indices, str(config.data.train_files), seed=seed, split="train", weights=weights)
@@ -163,9 +172,9 @@ def _held_out_stack(agentrl: AgentRLConfig, tasks: list[str], run_dir: Path) -> 
 def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
     """Run the stages the config enables around ``run_rl(config)`` (verl's trainer)."""
     from agentrl_ext.env.launcher import launch_from_config
-    from agentrl_ext.trainer.main import preflight
+    from agentrl_ext.trainer.main import EarlyCheckError, pin_cache_dir, preflight
 
-    agentrl = AgentRLConfig.from_config(config.get("agentrl"))
+    agentrl = pin_cache_dir(config)  # before any stage writes below ${agentrl.cache_dir}
     run_dir = run_dir_of(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     _stop_on_sigterm()
@@ -188,7 +197,12 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
             )
         if agentrl.assets.build_env_data:
             with _stage("RL data", timings):
-                build_env_data(config, controller_url, tasks, seed=int(config.trainer.get("seed", 0) or 0))
+                try:
+                    build_env_data(
+                        config, controller_url, tasks, seed=int(config.trainer.get("seed", 0) or 0)
+                    )
+                except ValueError as exc:  # a held-out split: the message names the fix
+                    raise EarlyCheckError(str(exc)) from exc
         # every check before the first expensive stage (verl's own run skips it for this config)
         preflight(config)
         if agentrl.sft.enable:

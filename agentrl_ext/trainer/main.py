@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -174,7 +175,13 @@ def check_config(config: DictConfig, cuda: bool) -> None:
         )
     for key, f in _local_data_files(config):
         if not Path(f).exists():
-            raise FileNotFoundError(f"data.{key} names {f}, which does not exist")
+            raise FileNotFoundError(
+                f"data.{key} names {f}, which does not exist. Build it from the environment service: "
+                "let agentrl-train start it and write the data (agentrl.envs.launch=true "
+                "'agentrl.envs.tasks=[letters,digits]' agentrl.assets.build_env_data=true), or start it "
+                f"yourself (agentrl-envs up --tasks letters,digits) and run agentrl-build-dataset --tasks "
+                f"letters,digits --out {f}" + (" --kind val" if key == "val_files" else "")
+            )
 
 
 def check_algorithm(config: DictConfig) -> None:
@@ -396,6 +403,23 @@ def check_environment(
 _preflighted: set[int] = set()
 
 
+class EarlyCheckError(ValueError):
+    """A mistake found before Ray starts; its message names the value and the fix (``agentrl-train``
+    prints the message alone, without a traceback)."""
+
+
+def pin_cache_dir(config: DictConfig) -> AgentRLConfig:
+    """Write the resolved, absolute ``agentrl.cache_dir`` into ``config`` (unset, paths such as
+    ``${agentrl.cache_dir}/agentrl_data`` would read ``None/agentrl_data``, relative to whatever
+    directory a process runs in); returns the typed ``agentrl`` node."""
+    agentrl = AgentRLConfig.from_config(config.get("agentrl"))
+    with open_dict(config):
+        if config.get("agentrl") is None:
+            config.agentrl = {}
+        config.agentrl.cache_dir = agentrl.cache_dir
+    return agentrl
+
+
 def preflight(config: DictConfig) -> None:
     """Everything that must hold before Ray starts, for both entry points (``agentrl-train`` and
     verl's ``main_ppo``, which calls it through the plugin's pre-Ray hook): pin paths, build
@@ -406,16 +430,14 @@ def preflight(config: DictConfig) -> None:
     from agentrl_ext.platform.cpu_defaults import cpu_preflight
     from agentrl_ext.platform.cpu_platform import cuda_present
 
-    agentrl = AgentRLConfig.from_config(config.get("agentrl"))
-    with open_dict(config):
-        # Ray processes may not share the driver's working directory: pin paths down.
-        if config.get("agentrl") is None:
-            config.agentrl = {}
-        config.agentrl.cache_dir = agentrl.cache_dir
-    prepare_assets(config, agentrl)
-    check_config(config, cuda=cuda_present())
-    check_environment(config, agentrl)
-    cpu_preflight(config)
+    try:
+        agentrl = pin_cache_dir(config)
+        prepare_assets(config, agentrl)
+        check_config(config, cuda=cuda_present())
+        check_environment(config, agentrl)
+        cpu_preflight(config)
+    except (ValueError, LookupError, FileNotFoundError, TimeoutError) as exc:
+        raise EarlyCheckError(str(exc)) from exc
     _preflighted.add(id(config))
 
 
@@ -442,15 +464,53 @@ def run_rl(config: DictConfig) -> None:
 
 @hydra.main(config_path=recipes_search_path(), config_name="cpu_smoke", version_base=None)
 def _hydra_main(config: DictConfig) -> None:
-    run(config)
+    try:
+        run(config)
+    except EarlyCheckError as exc:
+        raise SystemExit(f"agentrl-train: {exc}") from None
+
+
+def check_agentrl_overrides(args: list[str]) -> None:
+    """Name an ``agentrl.*`` override that is no key, with the closest keys, before Hydra composes
+    (whose own message names the dataclass, not the key you meant)."""
+    from agentrl_ext.config import unknown_agentrl_override
+
+    for arg in args:
+        key, eq, _value = arg.partition("=")
+        key = key.lstrip("+~")
+        if eq and key.startswith("agentrl.") and (error := unknown_agentrl_override(key)):
+            raise EarlyCheckError(error)
 
 
 HELP_FLAGS = ("--help", "-h")
 
 
+def recipe_description(path: Path) -> str:
+    """A recipe's description: its leading ``#`` lines up to the first indented one (its command)."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#") or line.startswith("#  "):
+            break
+        lines.append(line[1:].strip())
+    return " ".join(lines).removesuffix(":")
+
+
+def verl_config_dir() -> Path:
+    """verl's ``trainer/config`` folder, found without importing verl (its import takes seconds and
+    prints warnings about engines that are not installed)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("verl is not installed: pip install 'verl==0.9.1'")
+    return Path(spec.origin).parent / "trainer" / "config"
+
+
 def help_text() -> str:
     """``agentrl-train --help``: usage, the recipes, the ``agentrl.*`` keys and the CPU changes."""
-    from hydra import compose, initialize_config_module
+    import textwrap
+
+    from hydra import compose, initialize_config_dir
 
     from agentrl_ext.config import describe_keys
     from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
@@ -464,16 +524,26 @@ def help_text() -> str:
         "",
         f"recipes (in {recipes_dir()}):",
     ]
-    for path in sorted(Path(recipes_dir()).glob("*.yaml")):
-        first = next((ln[1:].strip() for ln in path.read_text().splitlines() if ln.startswith("#")), "")
-        out.append(f"  {path.stem:<16} {first}")
+    recipes = sorted(Path(recipes_dir()).glob("*.yaml"))
+    width = max(len(p.stem) for p in recipes) + 4
+    for path in recipes:
+        head = f"  {path.stem:<{width - 2}}"
+        out.append(
+            textwrap.fill(recipe_description(path), 100, initial_indent=head, subsequent_indent=" " * width)
+        )
     out += ["", "agentrl.* keys (agentrl_ext/config.py; with verl's main_ppo add them with '+'):"]
     for key, default, meaning in describe_keys():
         out.append(f"  {key} = {default}" + (f"  # {meaning}" if meaning else ""))
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
         verl_defaults = compose(config_name="ppo_trainer", overrides=["actor_rollout_ref.rollout.name=hf"])
+    quiet = logging.getLogger("agentrl_ext.platform.cpu_defaults")
+    level, quiet.level = quiet.level, logging.ERROR  # listed below, not logged as if applied
+    try:
+        changes = apply_cpu_defaults(verl_defaults)
+    finally:
+        quiet.setLevel(level)
     out += ["", "On the CPU platform, verl's GPU defaults that cannot work there are changed (each logged):"]
-    out += [f"  {line}" for line in apply_cpu_defaults(verl_defaults)]
+    out += [f"  {line}" for line in changes]
     out += [
         "  A value you set yourself is never rewritten: one that cannot work on CPU is an error naming the fix."
     ]
@@ -487,6 +557,12 @@ def main() -> None:
     if any(arg in HELP_FLAGS for arg in sys.argv[1:]):
         print(help_text())
         return
+    # verl warns, at import, about every optional engine that is not installed: noise before any message
+    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
+    try:
+        check_agentrl_overrides(sys.argv[1:])
+    except EarlyCheckError as exc:
+        raise SystemExit(f"agentrl-train: {exc}") from None
     _hydra_main()
 
 

@@ -24,7 +24,7 @@ reward is still the game's. A game process that fails or dies -> ``task error``;
 keeps serving.
 
     python -m agentrl_ext.env.worker agentrl_ext.envs.alfworld.task:ALFWorldTask \\
-        --controller http://127.0.0.1:5020/api --task-kwargs '{"split": "new_std"}'
+        --controller-url http://127.0.0.1:5020/api --task-kwargs '{"split": "new_std"}'
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ error message instead and the step counts as a round. A database that fails (ser
 ``task error``; the worker keeps serving.
 
     python -m agentrl_ext.env.worker agentrl_ext.envs.dbbench.task:DBBenchTask \\
-        --controller http://127.0.0.1:5020/api --task-kwargs '{"split": "standard"}'
+        --controller-url http://127.0.0.1:5020/api --task-kwargs '{"split": "standard"}'
 """
 
 from __future__ import annotations

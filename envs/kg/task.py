@@ -22,7 +22,7 @@ agent gets AgentBench's message and the step counts as a round. A backend that f
 endpoint down) -> ``task error``; the worker keeps serving.
 
     python -m agentrl_ext.env.worker agentrl_ext.envs.kg.task:KGTask \\
-        --controller http://127.0.0.1:5020/api --task-kwargs '{"split": "test"}'
+        --controller-url http://127.0.0.1:5020/api --task-kwargs '{"split": "test"}'
 """
 
 from __future__ import annotations

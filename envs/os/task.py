@@ -20,7 +20,7 @@ episode ends, however it ends; containers of a worker that was killed are remove
 starts again (``sweep_orphans``).
 
     python -m agentrl_ext.env.worker agentrl_ext.envs.os.task:OSTask \\
-        --controller http://127.0.0.1:5020/api --task-kwargs '{"split": "test"}'
+        --controller-url http://127.0.0.1:5020/api --task-kwargs '{"split": "test"}'
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ failed``; an unknown tool -> ``agent invalid action``. With ``on_invalid_action=
 (AgentBench's own behaviour) the agent gets AgentBench's message instead and the step counts.
 
     python -m agentrl_ext.env.worker agentrl_ext.envs.webshop.task:WebShopTask \\
-        --controller http://127.0.0.1:5020/api --task-kwargs '{"split": "test"}'
+        --controller-url http://127.0.0.1:5020/api --task-kwargs '{"split": "test"}'
 """
 
 from __future__ import annotations

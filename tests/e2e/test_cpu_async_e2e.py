@@ -16,7 +16,7 @@ from agentrl_ext.testing.env_servers import env_servers
 pytestmark = pytest.mark.slow
 
 MAX_STALENESS = 1
-#: the current pool as one standalone replica (README, "Where the rollout runs")
+#: the current pool as one standalone replica (docs/training.md, "Where the rollout runs")
 STANDALONE = [
     "actor_rollout_ref.hybrid_engine=false",
     "actor_rollout_ref.rollout.nnodes=1",

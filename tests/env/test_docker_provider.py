@@ -169,7 +169,7 @@ def test_sweep_command_removes_every_labelled_container(docker_client, base_imag
     )
     env = {**subprocess_env(), "DOCKER_HOST": docker_host}
     result = subprocess.run(
-        [sys.executable, "-m", "agentrl_ext.env.providers.docker", "--all", "--task", TASK],
+        [sys.executable, "-m", "agentrl_ext.env.providers.docker", "--all", "--tasks", TASK],
         capture_output=True,
         text=True,
         env=env,

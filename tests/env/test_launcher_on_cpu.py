@@ -57,6 +57,8 @@ def test_up_serves_dbbench_kg_guess_and_ctrl_c_leaves_nothing_on_cpu(tmp_path):
     proc = launcher(
         "--tasks",
         "dbbench,kg,guess",
+        "--split",
+        "test",  # the held-out samples the checks below read (dbbench standard.jsonl, guess 0..99)
         "--port",
         str(port),
         "--task-kwargs",
@@ -67,6 +69,7 @@ def test_up_serves_dbbench_kg_guess_and_ctrl_c_leaves_nothing_on_cpu(tmp_path):
         printed = read_until(proc, "agentrl-envs: ready", timeout_s=300, log_dir=tmp_path)
         api = f"http://127.0.0.1:{port}/api"
         assert f"controller  {api}" in printed
+        assert "serving the held-out test split, for evaluation" in printed
         for task in ("dbbench", "kg", "guess"):
             assert f"worker {task}" in printed
         workers = list_workers(api)

@@ -111,7 +111,7 @@ def controller(tmp_path_factory):
 def test_cli_endpoint_model_results_and_table_on_cpu(controller, fake_openai, tmp_path, capsys):
     base_url, _ = fake_openai
     out = tmp_path / "eval.json"
-    argv = f"--controller-url {controller} --task guess_test,calc_test --indices 0:20 --runs 2".split()
+    argv = f"--controller-url {controller} --tasks guess_test,calc_test --indices 0:20 --runs 2".split()
     argv += f"--base-url {base_url} --model bisect --out {out} --no-progress --label fake".split()
     assert eval_main(argv) == 0
     data = json.loads(out.read_text())
@@ -208,7 +208,7 @@ def test_cli_tiny_model_served_locally_cross_sampled_on_cpu(controller, tmp_path
     """The tiny model (untrained: it writes no tool call) through the training agent loop."""
     models = [str(tiny_model_path(seed=0)), str(tiny_model_path(seed=1))]
     out = tmp_path / "tiny.json"
-    argv = f"--controller-url {controller} --task guess_test --indices 0:16 --max-tokens 16".split()
+    argv = f"--controller-url {controller} --tasks guess_test --indices 0:16 --max-tokens 16".split()
     argv += "--prompt-length 512 --response-length 128 --temperature 1.0 --concurrency 16".split()
     argv += f"--model {models[0]} --model {models[1]} --out {out} --no-progress".split()
     assert eval_main(argv) == 0
@@ -227,6 +227,12 @@ def test_cli_tiny_model_served_locally_cross_sampled_on_cpu(controller, tmp_path
         assert set(e["models"]) <= names
     assert {m for e in data["episodes"] for m in e["models"]} == names  # both models generated turns
     assert data["summary"]["guess_test"]["statuses"] == {"agent validation failed": 16}
+    # the episodes file holds each conversation: the opening messages and the one assistant turn
+    from agentrl_ext.eval.report import episodes_path, read_episodes
+
+    for record in read_episodes(episodes_path(out)).values():
+        roles = [m["role"] for m in record.messages]
+        assert roles[-1] == "assistant" and roles.count("assistant") == 1 and "user" in roles, roles
 
 
 def test_bad_input_is_named_on_cpu(controller, fake_openai, tmp_path, capsys):
@@ -289,3 +295,106 @@ def test_endpoint_that_fails_counts_episodes_as_failed_on_cpu(controller, fake_o
     assert [(e.status, e.failed) for e in report.episodes] == [("task error", True)] * 2
     assert all("404" in (e.error or "") for e in report.episodes)
     assert report.summary["guess_test"].failed == 2 and report.summary["guess_test"].success_rate == 0.0
+
+
+def test_a_dead_model_endpoint_fails_the_command_on_cpu(controller, tmp_path, capsys):
+    """Nothing listens at --base-url: exit 1 and a summary on stderr, not a silent 0 % table."""
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    out = tmp_path / "dead.json"
+    argv = ["--controller-url", controller, "--tasks", "guess_test", "--indices", "0,1", "--model", "m"]
+    code = eval_main([*argv, "--base-url", dead, "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "2 of 2 episodes failed, not by the agent's doing (guess_test: 2)" in err
+    assert "127.0.0.1" in err  # the error names the endpoint
+    assert EvalReport.load(out).summary["guess_test"].failed == 2  # the results are still written
+
+
+def test_an_unreachable_controller_is_one_line_on_cpu(tmp_path, capsys):
+    url = f"http://127.0.0.1:{free_port()}/api"
+    with pytest.raises(SystemExit) as exc:
+        eval_main(["--controller-url", url, "--tasks", "guess", "--model", "m", "--base-url", url])
+    err = capsys.readouterr().err
+    assert exc.value.code == 1
+    assert err.strip().count("\n") == 0 and url in err and "agentrl-envs up" in err
+
+
+def test_episodes_file_holds_transcripts_and_resume_skips_finished_ones_on_cpu(
+    controller, fake_openai, tmp_path, caplog
+):
+    """Every episode goes to OUT_STEM.episodes.jsonl with its conversation; --resume runs only the
+    episodes not finished there (failed ones again), and the summary covers all of them."""
+    from agentrl_ext.eval.report import episodes_path, read_episodes
+
+    base_url, seen = fake_openai
+    out = tmp_path / "eval" / "guess.json"
+    common = ["--controller-url", controller, "--tasks", "guess_test", "--base-url", base_url]
+    common += ["--out", str(out), "--no-progress"]
+    turns = {i: binary_search_guesses(random.Random(i).randint(1, 16)) for i in range(4)}
+
+    # indices 0, 1 against a model the endpoint does not have: both fail, and are recorded so
+    assert eval_main([*common, "--indices", "0:2", "--model", "missing-model"]) == 1
+    assert (
+        "episode guess_test[0] run 0 failed (task error): pool member missing-model answered HTTP 404"
+        in caplog.text
+    )
+    path = episodes_path(out)
+    assert path == tmp_path / "eval" / "guess.episodes.jsonl"
+    assert [r.failed for r in read_episodes(path).values()] == [True, True]
+
+    # resumed with the right model on 0..3: the two failed ones run again, and the two new ones
+    before = len(seen)
+    assert eval_main([*common, "--indices", "0:4", "--model", "bisect", "--resume"]) == 0
+    assert len(seen) - before == sum(turns.values())  # one request per assistant turn
+    records = read_episodes(path)
+    assert sorted(k[1] for k in records) == ["0", "1", "2", "3"]
+    for key, record in records.items():
+        index = int(key[1])
+        assert (record.status, record.reward, record.turns, record.failed) == (
+            "completed",
+            1.0,
+            turns[index],
+            False,
+        )
+        roles = [m["role"] for m in record.messages]
+        assert roles[0] in ("system", "user") and roles.count("assistant") == turns[index]
+        assert roles.count("tool") == turns[index] - 1  # the last guess is answered by the end of the episode
+        calls = [m["tool_calls"][0]["function"]["name"] for m in record.messages if m["role"] == "assistant"]
+        assert calls == ["guess"] * turns[index] and record.models == ["bisect"] * turns[index]
+    assert EvalReport.load(out).summary["guess_test"].episodes == 4
+    assert "messages" not in json.loads(out.read_text())["episodes"][0]  # the summary stays small
+
+    # resumed again: nothing left to run, the same summary
+    before = len(seen)
+    assert eval_main([*common, "--indices", "0:4", "--model", "bisect", "--resume"]) == 0
+    assert len(seen) == before
+    summary = EvalReport.load(out).summary["guess_test"]
+    assert (summary.episodes, summary.success_rate) == (4, 1.0)
+
+
+def test_a_verl_checkpoint_is_read_from_its_huggingface_folder_on_cpu(tmp_path):
+    """--model global_step_N (or its actor/) loads actor/huggingface; without weights there (saved
+    without hf_model) the error names verl's merge command and the save_contents fix."""
+    import shutil
+
+    from agentrl_ext.eval.policies import resolve_checkpoint
+
+    step = tmp_path / "global_step_2"
+    hf = step / "actor" / "huggingface"
+    hf.mkdir(parents=True)
+    tiny = tiny_model_path()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny / name, hf / name)
+    (step / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"")  # verl's FSDP shard
+    for given in (step, step / "actor", hf):
+        with pytest.raises(ValueError) as exc:
+            resolve_checkpoint(str(given))
+        message = str(exc.value)
+        assert (
+            f"python -m verl.model_merger merge --backend fsdp --local_dir {step / 'actor'} --target_dir {hf}"
+            in message
+        )
+        assert "save_contents=[model,optimizer,extra,hf_model]" in message
+    shutil.copytree(tiny, hf, dirs_exist_ok=True)  # as the merger (or hf_model) leaves it
+    assert resolve_checkpoint(str(step)) == resolve_checkpoint(str(step / "actor")) == str(hf)
+    assert resolve_checkpoint(str(tiny)) == str(tiny)

@@ -84,3 +84,29 @@ def test_bad_metrics_line_is_named_on_cpu(tmp_path):
     (tmp_path / "m.jsonl").write_text('{"step": 1, "data": {}}\n{"step": oops}\n')
     with pytest.raises(ValueError, match=r"m.jsonl:2 is not a metrics line"):
         plot_run(tmp_path)
+
+
+def test_failed_episodes_are_drawn_apart_not_as_zero_on_cpu():
+    """An evaluation whose guess episodes all failed (endpoint down) draws no guess bar, only the
+    label 'all 4 failed'; calc, one failed of four and two solved, is drawn at 2/3 with its label."""
+    from agentrl_ext.eval.plots import eval_figure
+
+    guess = [
+        EpisodeRecord("guess", i, 0, 0.0, False, 0, "task error", "ConnectionRefused", True) for i in range(4)
+    ]
+    calc = [
+        EpisodeRecord("calc", 0, 0, 1.0, True, 2, "completed"),
+        EpisodeRecord("calc", 1, 0, 1.0, True, 2, "completed"),
+        EpisodeRecord("calc", 2, 0, 0.0, False, 2, "completed"),
+        EpisodeRecord("calc", 3, 0, 0.0, False, 0, "task error", "ConnectionRefused", True),
+    ]
+    report = EvalReport.build("down", {}, guess + calc, {"guess": 1.0, "calc": 1.0})
+    ax = eval_figure([report]).axes[0]
+    from matplotlib.container import BarContainer
+
+    (container,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+    bars = dict(zip(["guess", "calc"], container, strict=True))  # the tasks in the order they first appear
+    assert not bars["guess"].get_visible()
+    assert bars["calc"].get_visible() and bars["calc"].get_height() == pytest.approx(100 * 2 / 3)
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == ["all 4 failed", "67 (1 failed)"]

@@ -15,7 +15,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # What the wheel is built from. The build runs on a copy: setuptools' build/ folder in the
 # checkout could carry modules deleted since an earlier build into the wheel.
-BUILD_INPUTS = ("setup.py", "setup.cfg", "pyproject.toml", "README.md", "agentrl_ext", "recipes", "envs")
+BUILD_INPUTS = (
+    "setup.py",
+    "setup.cfg",
+    "pyproject.toml",
+    "README.md",
+    "agentrl_ext",
+    "recipes",
+    "envs",
+    "scripts",
+)
 
 
 def _pip(*args: str, cwd: Path) -> None:
@@ -66,6 +75,8 @@ def test_wheel_holds_recipes_task_workers_and_nothing_at_top_level_on_cpu(wheel)
     expected |= _shipped("envs", "*.py", "agentrl_ext/envs")
     expected |= _shipped("agentrl_ext", "*.py", "agentrl_ext")
     assert {"agentrl_ext/recipes/cpu_agentrl.yaml", "agentrl_ext/envs/letters/task.py"} <= expected
+    # the servers agentrl-envs up starts (dbbench's MariaDB, the private Docker engine)
+    expected |= {"agentrl_ext/scripts/mariadb.sh", "agentrl_ext/scripts/dockerd.sh"}
     assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
     # no top-level `envs` or `recipes` package in site-packages: everything lives under agentrl_ext
     assert {n.split("/")[0] for n in names} == {"agentrl_ext", wheel.name.split("-py3")[0] + ".dist-info"}
@@ -81,15 +92,18 @@ def test_installed_wheel_composes_a_recipe_from_any_directory_on_cpu(installed, 
 def test_installed_wheel_imports_task_workers_and_recipes_on_cpu(installed, tmp_path):
     probe = (
         "import json, agentrl_ext\n"
+        "from agentrl_ext.env.launcher import script_path\n"
         "from agentrl_ext.env.worker.cli import load_task\n"
         "from agentrl_ext.trainer.main import recipes_dir\n"
         "task = load_task('agentrl_ext.envs.letters.task:LettersTask', {})\n"
-        "print(json.dumps({'package': agentrl_ext.__file__, 'recipes': recipes_dir(), 'task': task.name}))\n"
+        "print(json.dumps({'package': agentrl_ext.__file__, 'recipes': recipes_dir(), 'task': task.name,\n"
+        "                  'mariadb': str(script_path('mariadb.sh'))}))\n"
     )
     found = json.loads(_run_outside(installed, [sys.executable, "-c", probe], tmp_path).splitlines()[-1])
     assert Path(found["package"]).is_relative_to(installed), f"imported {found['package']}, not the wheel"
     assert Path(found["recipes"]) == installed / "agentrl_ext" / "recipes"
     assert found["task"] == "letters"
+    assert Path(found["mariadb"]) == installed / "agentrl_ext" / "scripts" / "mariadb.sh"
 
 
 def test_build_dataset_names_the_extra_without_pandas_on_cpu(monkeypatch, capsys):

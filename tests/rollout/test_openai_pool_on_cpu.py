@@ -11,7 +11,9 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from agentrl_ext.rollout.openai_pool import PoolMember, evaluate
+from agentrl_ext.eval import evaluate_async
+from agentrl_ext.eval.cli import eval_pool_main
+from agentrl_ext.rollout.openai_pool import PoolMember
 from agentrl_ext.testing.env_servers import env_servers, free_port
 
 
@@ -42,22 +44,28 @@ def _fake_openai_server() -> tuple[str, list[dict[str, Any]]]:
 
 def test_pool_members_share_turns_and_episodes_complete_on_cpu(tmp_path):
     base_url, seen = _fake_openai_server()
-    members = [PoolMember("a", base_url, "writer-a"), PoolMember("b", base_url, "writer-b")]
+    models = [f"a={base_url},writer-a", f"b={base_url},writer-b"]
     workers = [("letters", "letters", "agentrl_ext.envs.letters.task:LettersTask")]
     with env_servers(workers, tmp_path / "logs") as servers:
-        results, summary = asyncio.run(
-            evaluate(servers.controller_url, ["letters"], members, limit=20, seed=1)
+        report = asyncio.run(
+            evaluate_async(servers.controller_url, ["letters"], models, limit=20, progress=False)
         )
+        # the old command still runs, as agentrl-eval-run with --member read as --model
+        out = tmp_path / "pool.json"
+        argv = ["--controller", servers.controller_url, "--tasks", "letters", "--limit", "4", "--no-progress"]
+        assert eval_pool_main([*argv, "--member", models[0], "--member", models[1], "--out", str(out)]) == 0
+    results = report.episodes
     assert len(results) == 20
-    assert all(r.status == "completed" and len(r.turn_members) == 3 for r in results)
-    assert 0.3 < summary["turn_share"]["a"] < 0.7
+    assert all(r.status == "completed" and len(r.models) == 3 for r in results)
+    assert 0.3 < report.turn_share["a"] < 0.7
     assert {b["model"] for b in seen} == {"writer-a", "writer-b"}
     assert all(b["tools"][0]["function"]["name"] == "say" for b in seen)
     # index 0 asks for "a": an episode written only by writer-a scores 1.0, only by writer-b 0.0
     for r in results:
         if r.index % 10 == 0:
-            assert r.reward == pytest.approx(r.turn_members.count("a") / 3)
-    assert summary["tasks"]["letters"]["episodes"] == 20
+            assert r.reward == pytest.approx(r.models.count("a") / 3)
+    assert report.summary["letters"].episodes == 20
+    assert out.is_file()
 
 
 def test_bad_member_spec_is_named_on_cpu():

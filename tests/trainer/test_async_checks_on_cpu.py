@@ -113,7 +113,7 @@ def test_turn_credit_names_the_estimator_it_needs_on_cpu(async_config):
 
 
 def test_the_readme_command_for_async_on_vllm_passes_the_checks_on_cpu():
-    """README, "Where the rollout runs": the 7B vLLM recipe in agentrl_async with a standalone pool."""
+    """docs/training.md, "Where the rollout runs": the 7B vLLM recipe in agentrl_async with a standalone pool."""
     with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
         config = compose(
             config_name="gpu_qwen2.5_7b_fsdp_vllm",

@@ -22,7 +22,7 @@ CASES = {
         ["algorithm.adv_estimator=task_norm_grpo", "trainer.v1.trainer_mode=sync"],
         "trainer.v1.trainer_mode=agentrl_sync",
     ),
-    "unknown agentrl key": (["+agentrl.agent_loop.max_turn=3"], "Key 'max_turn' not in 'AgentLoopConfig'"),
+    "unknown agentrl key": (["+agentrl.agent_loop.max_turn=3"], "did you mean agentrl.agent_loop.max_turns"),
     "unknown rollout name": (
         ["actor_rollout_ref.rollout.name=vlm"],
         "rollout.name=vlm is not a rollout verl knows",

@@ -99,7 +99,11 @@ def test_run_data_stage_applies_the_task_weights_on_cpu(tmp_path, monkeypatch):
     async def indices(url, tasks):
         return {t: list(range(4)) for t in tasks}
 
+    async def splits(url, tasks):
+        return {t: ["train"] for t in tasks}
+
     monkeypatch.setattr(multitask, "fetch_indices", indices)
+    monkeypatch.setattr(multitask, "fetch_splits", splits)
     agentrl = OmegaConf.structured(AgentRLConfig)
     agentrl.assets.task_weights = {"guess": 2.0}
     config = OmegaConf.create(
@@ -114,3 +118,71 @@ def test_run_data_stage_applies_the_task_weights_on_cpu(tmp_path, monkeypatch):
     build_env_data(config, "http://127.0.0.1:1/api", ["guess", "calc"], seed=0)
     assert Counter(pd.read_parquet(tmp_path / "train.parquet")["data_source"]) == {"guess": 8, "calc": 4}
     assert Counter(pd.read_parquet(tmp_path / "val.parquet")["data_source"]) == {"guess": 4, "calc": 4}
+
+
+def test_run_data_stage_refuses_a_held_out_split_on_cpu(tmp_path, monkeypatch):
+    """agentrl.envs.split=test would make the RL data of the held-out samples: refused, with the fix."""
+    from omegaconf import OmegaConf
+
+    from agentrl_ext.config import AgentRLConfig
+    from agentrl_ext.data import multitask
+    from agentrl_ext.trainer.job import build_env_data
+
+    async def splits(url, tasks):
+        return {"guess": ["test"], "calc": ["train"]}
+
+    monkeypatch.setattr(multitask, "fetch_splits", splits)
+    config = OmegaConf.create(
+        {
+            "agentrl": OmegaConf.structured(AgentRLConfig),
+            "data": {"train_files": str(tmp_path / "t.parquet"), "val_files": str(tmp_path / "v.parquet")},
+        }
+    )
+    with pytest.raises(ValueError, match=r"held-out split\(s\) \(guess: test\).*agentrl.envs.split=train"):
+        build_env_data(config, "http://127.0.0.1:1/api", ["guess", "calc"], seed=0)
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_the_job_writes_env_data_below_the_resolved_cache_dir_on_cpu(tmp_path, monkeypatch):
+    """With agentrl.cache_dir unset (resolved from $AGENTRL_CACHE_DIR), the RL data goes to
+    <cache>/agentrl_data, never to ./None/agentrl_data in the working directory."""
+    from hydra import compose, initialize_config_dir
+
+    from agentrl_ext.data import multitask
+    from agentrl_ext.trainer import main as trainer_main
+    from agentrl_ext.trainer.job import run_job
+    from agentrl_ext.trainer.main import recipes_dir
+
+    async def indices(url, tasks):
+        return {t: list(range(3)) for t in tasks}
+
+    async def splits(url, tasks):
+        return {t: ["train"] for t in tasks}
+
+    class Stop(Exception):
+        pass
+
+    def stop(config):
+        raise Stop
+
+    monkeypatch.setattr(multitask, "fetch_indices", indices)
+    monkeypatch.setattr(multitask, "fetch_splits", splits)
+    monkeypatch.setattr(trainer_main, "preflight", stop)  # the stage after the RL data
+    cache, work = tmp_path / "cache", tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(cache))
+    monkeypatch.chdir(work)
+    with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
+        config = compose(
+            config_name="cpu_agentrl",
+            overrides=[
+                "agentrl.assets.build_env_data=true",
+                "agentrl.envs.tasks=[letters,digits]",
+                f"trainer.default_local_dir={tmp_path / 'run'}",
+            ],
+        )
+    assert config.agentrl.cache_dir is None
+    with pytest.raises(Stop):
+        run_job(config, lambda c: None)
+    assert sorted(p.name for p in (cache / "agentrl_data").iterdir()) == ["train.parquet", "val.parquet"]
+    assert list(work.iterdir()) == []

@@ -8,13 +8,13 @@ Endpoints (AgentRL wire protocol, prefix ``/api``; see :mod:`agentrl_ext.env.pro
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 
 import pydantic_core
 from starlette.applications import Starlette
 
+from agentrl_ext import cli
 from agentrl_ext.env.controller.config import ControllerConfig
 from agentrl_ext.env.controller.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from agentrl_ext.env.controller.service import ControllerService
@@ -159,11 +159,9 @@ def create_app(config: ControllerConfig | None = None, service: ControllerServic
 def main(argv: list[str] | None = None) -> None:
     """``agentrl-controller --host 127.0.0.1 --port 5020``: run the centralized controller."""
     defaults = ControllerConfig()
-    parser = argparse.ArgumentParser(
-        prog="agentrl-controller", description="AgentRL-compatible environment controller"
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=5020, help="port to bind (default 5020)")
+    parser = cli.parser("agentrl-controller", "AgentRL-compatible environment controller.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
+    parser.add_argument("--port", type=int, default=5020, help="port to bind")
     parser.add_argument(
         "--idle-timeout",
         type=float,

@@ -33,6 +33,7 @@ class WorkerRecord:
     sessions: set[int] = field(default_factory=set)
     full_until: float = 0.0
     index_set: frozenset[SampleIndex] = frozenset()
+    split: str | None = None
 
     def __post_init__(self) -> None:
         self.index_set = frozenset(self.indices)
@@ -53,6 +54,7 @@ class WorkerRecord:
             routable=self.routable,
             last_heartbeat_age_s=round(now - self.last_heartbeat, 3),
             num_indices=len(self.indices),
+            split=self.split,
         )
 
 
@@ -80,11 +82,13 @@ class WorkerRegistry:
                 concurrency=beat.concurrency,
                 indices=list(beat.indices),
                 last_heartbeat=now,
+                split=beat.split,
             )
             self.by_address[address] = record
             logger.info("worker %s joined for task %r (concurrency %d)", address, beat.name, beat.concurrency)
             return record, True
         record.last_heartbeat = now
+        record.split = beat.split
         if record.concurrency != beat.concurrency:
             record.concurrency = beat.concurrency
         if len(beat.indices) != len(record.indices) or beat.indices != record.indices:

@@ -15,7 +15,6 @@ Needs root and the ``debootstrap`` package (``apt-get install -y debootstrap``).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import os
@@ -28,6 +27,8 @@ from pathlib import Path
 
 import docker
 import docker.errors
+
+from agentrl_ext import cli
 
 logger = logging.getLogger(__name__)
 
@@ -171,22 +172,22 @@ def ensure_base_image(
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: ``agentrl-build-base-image [--tag T] [--include a,b] [--force]``."""
-    parser = argparse.ArgumentParser(
-        prog="agentrl-build-base-image",
-        description="Build the local Debian base image (debootstrap + docker import), cached between runs.",
+    parser = cli.parser(
+        "agentrl-build-base-image",
+        "Build the local Debian base image (debootstrap + docker import), cached between runs.",
     )
-    parser.add_argument("--tag", default=DEFAULT_TAG, help=f"image tag (default {DEFAULT_TAG})")
-    parser.add_argument("--suite", default=DEFAULT_SUITE, help=f"Debian suite (default {DEFAULT_SUITE})")
-    parser.add_argument("--mirror", default=DEFAULT_MIRROR, help=f"Debian mirror (default {DEFAULT_MIRROR})")
+    parser.add_argument("--tag", default=DEFAULT_TAG, help="image tag")
+    parser.add_argument("--suite", default=DEFAULT_SUITE, help="Debian suite")
+    parser.add_argument("--mirror", default=DEFAULT_MIRROR, help="Debian mirror")
     parser.add_argument(
         "--include",
         default=",".join(DEFAULT_INCLUDE),
-        help=f"comma-separated extra packages (default {','.join(DEFAULT_INCLUDE)})",
+        help="comma-separated extra packages",
     )
     parser.add_argument(
-        "--cache-dir", type=Path, default=None, help=f"rootfs cache (default {default_cache_dir()})"
+        "--cache-dir", type=Path, default=None, help=f"rootfs cache (none: {default_cache_dir()})"
     )
-    parser.add_argument("--docker-host", default=None, help="engine address (default: $DOCKER_HOST)")
+    parser.add_argument("--docker-host", default=None, help="engine address (none: $DOCKER_HOST)")
     parser.add_argument(
         "--force", action="store_true", help="rebuild the rootfs and re-import even if cached"
     )

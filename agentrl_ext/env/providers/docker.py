@@ -12,7 +12,6 @@ never blocks on the engine.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import functools
@@ -29,6 +28,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from agentrl_ext import cli
 from agentrl_ext.env.providers.base import (
     TIMEOUT_EXIT_CODE,
     ExecResult,
@@ -254,14 +254,12 @@ class DockerProvider(ResourceProvider):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``agentrl-docker-sweep [--all] [--task T]``: remove leftover session containers."""
-    parser = argparse.ArgumentParser(
-        prog="agentrl-docker-sweep", description="Remove leftover agentrl session containers"
-    )
+    """``agentrl-docker-sweep [--all] [--tasks T]``: remove leftover session containers."""
+    parser = cli.parser("agentrl-docker-sweep", "Remove leftover agentrl session containers.")
     parser.add_argument(
         "--all", action="store_true", help="remove every labelled container, not only orphans"
     )
-    parser.add_argument("--task", default=None, help="only containers of this task")
+    cli.add_tasks(parser, required=False, help="only containers of these tasks, comma-separated (none: all)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
@@ -269,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     except docker.errors.DockerException as exc:
         logger.error("no Docker engine reachable (%s); set DOCKER_HOST, e.g. $(scripts/dockerd.sh host)", exc)
         return 1
-    removed = provider.sweep(args.task, keep_live_owners=not args.all)
+    tasks = cli.tasks_of(args.tasks)
+    selected: list[str | None] = list(tasks) or [None]
+    removed = sum(provider.sweep(task, keep_live_owners=not args.all) for task in selected)
     logger.info("removed %d container(s)", removed)
     return 0
 

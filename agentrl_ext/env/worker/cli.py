@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import logging
 from typing import Any
 
+from agentrl_ext import cli
 from agentrl_ext.env.protocol import HEARTBEAT_INTERVAL_S
 from agentrl_ext.env.serving import serve
 from agentrl_ext.env.worker.server import TaskWorker
@@ -30,29 +30,29 @@ def load_task(spec: str, kwargs: dict[str, Any]) -> Task:
 
 def main(argv: list[str] | None = None) -> None:
     """Run one task worker; it registers with the controller by heartbeat."""
-    parser = argparse.ArgumentParser(
-        prog="agentrl-task-worker", description="Serve an agentrl_ext Task over HTTP"
-    )
+    parser = cli.parser("agentrl-task-worker", "Serve an agentrl_ext Task over HTTP.")
     parser.add_argument("task", help="the Task class, as module.path:ClassName")
     parser.add_argument(
         "--task-kwargs", default="{}", help="JSON object of keyword arguments for the task class"
     )
-    parser.add_argument(
-        "--controller", default=None, help="controller API base, e.g. http://127.0.0.1:5020/api"
+    cli.add_controller_url(
+        parser,
+        default=None,
+        help="the controller's API base, e.g. http://127.0.0.1:5020/api (none: stand-alone)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=5021, help="port to bind (default 5021)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
+    parser.add_argument("--port", type=int, default=5021, help="port to bind")
     parser.add_argument(
         "--self-address",
         default=None,
-        help="URL the controller reaches this worker at (default http://HOST:PORT/api)",
+        help="URL the controller reaches this worker at (none: http://HOST:PORT/api)",
     )
-    parser.add_argument("--concurrency", type=int, default=None, help="session limit (default: the task's)")
+    parser.add_argument("--concurrency", type=int, default=None, help="session limit (none: the task's)")
     parser.add_argument(
         "--heartbeat-interval",
         type=float,
         default=HEARTBEAT_INTERVAL_S,
-        help=f"seconds between heartbeats (default {HEARTBEAT_INTERVAL_S:g})",
+        help="seconds between heartbeats",
     )
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
     args = parser.parse_args(argv)
@@ -75,9 +75,10 @@ def main(argv: list[str] | None = None) -> None:
         self_address = f"http://{args.host}:{args.port}/api"
     worker = TaskWorker(
         task,
-        controller_address=args.controller,
+        controller_address=args.controller_url,
         self_address=self_address,
         concurrency=args.concurrency,
         heartbeat_interval_s=args.heartbeat_interval,
+        split=kwargs["split"] if isinstance(kwargs.get("split"), str) else None,
     )
     serve(worker.app, args.host, args.port, args.log_level)

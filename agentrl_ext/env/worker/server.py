@@ -82,6 +82,8 @@ class TaskWorker:
         concurrency: session limit (default: ``task.concurrency``).
         heartbeat_interval_s: seconds between heartbeats (AgentRL: 8).
         cancel_grace_s: how long ``cancel`` waits for the task to finish its cleanup.
+        split: the data split the task serves (``train``, ``test``, ...), sent with each
+            heartbeat so that dataset builders can refuse a held-out split for training.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class TaskWorker:
         concurrency: int | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         cancel_grace_s: float = 10.0,
+        split: str | None = None,
     ) -> None:
         if controller_address and not self_address:
             raise ValueError(
@@ -108,6 +111,7 @@ class TaskWorker:
         self.concurrency = concurrency or task.concurrency
         self.heartbeat_interval_s = heartbeat_interval_s
         self.cancel_grace_s = cancel_grace_s
+        self.split = split
         self.running: dict[int, _Running] = {}
         self.unreported: OrderedDict[int, TurnOutput] = OrderedDict()
         self._heartbeat: asyncio.Task[None] | None = None
@@ -141,6 +145,8 @@ class TaskWorker:
                     "concurrency": self.concurrency,
                     "indices": list(self.task.get_indices()),
                 }
+                if self.split is not None:
+                    beat["split"] = self.split
                 try:
                     async with http.post(url, json=beat, timeout=aiohttp.ClientTimeout(total=10)) as response:
                         if response.status != 200:
