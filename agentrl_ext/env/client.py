@@ -23,6 +23,7 @@ import aiohttp
 import pydantic
 import pydantic_core
 
+from agentrl_ext.env.auth import CLIENT_SECRET_ENV, bearer, load_secret
 from agentrl_ext.env.protocol import (
     SESSION_ID_HEADER,
     CancelResponse,
@@ -102,6 +103,8 @@ class ControllerClient:
     """Typed async access to a controller, e.g. ``ControllerClient("http://127.0.0.1:5020/api")``.
 
     Use as ``async with ControllerClient(url) as client: ...`` or call :meth:`close`.
+    ``secret`` is the controller's client secret (sent as ``Authorization: Bearer``); None reads
+    ``$AGENTRL_ENV_CLIENT_SECRET`` (:data:`~agentrl_ext.env.auth.CLIENT_SECRET_ENV`), unset: none.
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class ControllerClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float = 10.0,
         max_connections: int = 1024,
+        secret: str | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(
@@ -120,6 +124,7 @@ class ControllerClient:
         self.retry = retry or RetryPolicy()
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
         self._max_connections = max_connections
+        self._auth = bearer(secret if secret is not None else load_secret(None, CLIENT_SECRET_ENV))
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ControllerClient:
@@ -169,7 +174,7 @@ class ControllerClient:
     ) -> tuple[bytes, dict[str, str]]:
         """One API call with retries; returns (body, headers) of a 200 answer."""
         url = self.base_url + path
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", **self._auth}
         if session_id is not None:
             headers[SESSION_ID_HEADER] = str(session_id)
         data = pydantic_core.to_json(body) if body is not None else None

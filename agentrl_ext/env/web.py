@@ -24,6 +24,7 @@ import pydantic
 import pydantic_core
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -157,11 +158,13 @@ def json_app(
     routes: Sequence[tuple[str, str, Handler]],
     on_startup: Sequence[Hook] = (),
     on_shutdown: Sequence[Hook] = (),
+    middleware: Sequence[Middleware] = (),
 ) -> Starlette:
     """A Starlette app serving ``(method, path, handler)`` routes, every answer JSON.
 
     After the start-up hooks, everything alive is frozen out of the garbage collector's reach
-    (see :func:`freeze_startup_objects`). Unknown paths get 404 naming the endpoints; a known
+    (see :func:`freeze_startup_objects`). ``middleware`` wraps the app (e.g.
+    :class:`~agentrl_ext.env.auth.BearerAuth`). Unknown paths get 404 naming the endpoints; a known
     path with another method gets 405 naming the allowed ones.
     """
     paths = sorted({path for _, path, _ in routes})
@@ -200,6 +203,7 @@ def json_app(
         routes=[Route(path, _guarded(name, handler), methods=[method]) for method, path, handler in routes],
         exception_handlers={HTTPException: routing_error},
         lifespan=lifespan,
+        middleware=list(middleware),
     )
 
 

@@ -92,11 +92,13 @@ class EnvServers:
         python_path: Sequence[str | Path] = (),
         ready_timeout_s: float = 30.0,
         cwd: str | Path = REPO,
+        env: dict[str, str] | None = None,
     ) -> ServerProcess:
-        """Start ``argv`` (a server that will listen on ``port``) and wait until it answers HTTP."""
+        """Start ``argv`` (a server that will listen on ``port``) and wait until it answers HTTP;
+        ``env`` adds environment variables (e.g. a secret)."""
         paths = tuple(str(p) for p in (*python_path, *self.python_path))
         log_path = Path(self.log_dir) / f"{name}-{port}.log"
-        server = ServerProcess(name, argv, port, log_path, paths, Path(cwd))
+        server = ServerProcess(name, argv, port, log_path, paths, Path(cwd), env=dict(env or {}))
         self.started.append(server)
         self.by_name[name] = server
         server.start().wait_ready(ready_timeout_s)
@@ -114,6 +116,7 @@ class EnvServers:
         log_level: str = "info",
         code_dir: str | Path | None = None,
         name: str = "controller",
+        env: dict[str, str] | None = None,
     ) -> ServerProcess:
         """Start ``agentrl-controller``; options left at None keep the controller's defaults.
 
@@ -131,9 +134,9 @@ class EnvServers:
             log_level=log_level,
         )
         if code_dir is None:
-            return self.launch(name, argv, port)
+            return self.launch(name, argv, port, env=env)
         # ``python -m`` puts the working directory first on sys.path: run from the other copy.
-        return self.launch(name, argv, port, python_path=[code_dir], cwd=code_dir)
+        return self.launch(name, argv, port, python_path=[code_dir], cwd=code_dir, env=env)
 
     def worker(
         self,
@@ -145,13 +148,14 @@ class EnvServers:
         concurrency: int | None = None,
         heartbeat_interval: float = 0.2,
         log_level: str = "info",
+        env: dict[str, str] | None = None,
     ) -> ServerProcess:
         """Start ``agentrl-task-worker`` for ``task`` ("module:Class"), registered with ``controller``
         (None: stand-alone). ``name`` (default ``worker-<port>``) is what :meth:`kill` takes."""
         port = free_port()
         api = controller.api if controller is not None else None
         argv = worker_argv(task, port, api, task_kwargs, heartbeat_interval, concurrency, log_level)
-        return self.launch(name or f"worker-{port}", argv, port)
+        return self.launch(name or f"worker-{port}", argv, port, env=env)
 
     @property
     def controller_url(self) -> str:

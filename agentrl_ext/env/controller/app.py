@@ -14,7 +14,16 @@ import time
 
 import pydantic_core
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
+from agentrl_ext.env.auth import (
+    CLIENT_SECRET_ENV,
+    WORKER_SECRET_ENV,
+    BearerAuth,
+    ServiceSecrets,
+    load_secret,
+    require_secret_beyond_loopback,
+)
 from agentrl_ext.env.controller.config import ControllerConfig
 from agentrl_ext.env.controller.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from agentrl_ext.env.controller.service import ControllerService
@@ -54,9 +63,24 @@ def session_id_of(request: Request, body: bytes) -> int:
         raise HttpError(400, f"session_id must be an integer, got {raw!r}") from None
 
 
-def create_app(config: ControllerConfig | None = None, service: ControllerService | None = None) -> Starlette:
-    """Build the controller's ASGI app around a :class:`ControllerService` (``app.state.service``)."""
-    svc = service or ControllerService(config)
+WORKER_PATHS = frozenset(API_PREFIX + path for path in ("/receive_heartbeat", "/cancel_notice"))
+"""What task workers call; guarded by the worker secret."""
+OPEN_PATHS = frozenset({API_PREFIX + "/health"})
+"""Never guarded: liveness probes."""
+
+
+def create_app(
+    config: ControllerConfig | None = None,
+    service: ControllerService | None = None,
+    secrets: ServiceSecrets | None = None,
+) -> Starlette:
+    """Build the controller's ASGI app around a :class:`ControllerService` (``app.state.service``).
+
+    ``secrets`` guard the worker endpoints (:data:`WORKER_PATHS`) and every other endpoint but
+    :data:`OPEN_PATHS` (see :mod:`agentrl_ext.env.auth`); the worker secret is also sent to workers.
+    """
+    secrets = secrets or ServiceSecrets()
+    svc = service or ControllerService(config, worker_secret=secrets.worker)
 
     def counted(endpoint: str, error: HttpError) -> HttpError:
         if 400 <= error.status < 500:
@@ -151,6 +175,13 @@ def create_app(config: ControllerConfig | None = None, service: ControllerServic
         + [("GET", "/metrics", metrics)],
         on_startup=[svc.start],
         on_shutdown=[svc.stop],
+        middleware=[
+            Middleware(
+                BearerAuth,
+                rules=[(WORKER_PATHS, secrets.worker, "task workers"), (None, secrets.client, "clients")],
+                open_paths=OPEN_PATHS,
+            )
+        ],
     )
     app.state.service = svc
     return app
@@ -194,6 +225,17 @@ def main(argv: list[str] | None = None) -> None:
         default=defaults.rejoin_grace_s,
         help="seconds after start during which a task without workers gets 503 + Retry-After, not 404",
     )
+    parser.add_argument(
+        "--worker-secret-file",
+        default=None,
+        help=f"file holding the secret task workers must send (default: ${WORKER_SECRET_ENV}); "
+        "required when --host is not a loopback address",
+    )
+    parser.add_argument(
+        "--client-secret-file",
+        default=None,
+        help=f"file holding the secret clients must send (default: ${CLIENT_SECRET_ENV}; none: open)",
+    )
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -207,6 +249,13 @@ def main(argv: list[str] | None = None) -> None:
             worker_request_timeout_s=args.worker_timeout,
             rejoin_grace_s=args.rejoin_grace,
         )
+        secrets = ServiceSecrets(
+            worker=load_secret(args.worker_secret_file, WORKER_SECRET_ENV),
+            client=load_secret(args.client_secret_file, CLIENT_SECRET_ENV),
+        )
+        require_secret_beyond_loopback(
+            args.host, secrets.worker, "agentrl-controller", "--worker-secret-file", WORKER_SECRET_ENV
+        )
     except ValueError as exc:
         parser.error(str(exc))
-    serve(create_app(config), args.host, args.port, args.log_level)
+    serve(create_app(config, secrets=secrets), args.host, args.port, args.log_level)

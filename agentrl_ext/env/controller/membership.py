@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pydantic_core
+
 from agentrl_ext.env.controller.config import ControllerConfig
 from agentrl_ext.env.controller.metrics import ControllerMetrics
 from agentrl_ext.env.controller.registry import WorkerRecord, WorkerRegistry, normalize_address
@@ -16,6 +18,18 @@ from agentrl_ext.env.protocol import HeartbeatRequest, SampleIndex, WorkerInfo, 
 from agentrl_ext.env.web import HttpError
 
 logger = logging.getLogger(__name__)
+
+
+def _looks_like_worker_status(body: bytes) -> bool:
+    """Whether ``body`` is a task worker's ``worker_status`` answer (``{"concurrency": n, "current": m}``)."""
+    try:
+        parsed = pydantic_core.from_json(body)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and all(
+        isinstance(parsed.get(key), int) and not isinstance(parsed.get(key), bool)
+        for key in ("concurrency", "current")
+    )
 
 
 class WorkerMembership:
@@ -64,12 +78,21 @@ class WorkerMembership:
         if known is not None and known.name == beat.name and known.healthy:
             self.registry.heartbeat(beat, time.monotonic())
             return {"status": "ok"}
+        if known is not None and known.name != beat.name and known.healthy:
+            # A heartbeat is a claim, not a proof: it never ends another task's live worker.
+            raise HttpError(
+                409,
+                f"address {address} is registered by a live worker of task {known.name!r}; a worker of task "
+                f"{beat.name!r} can take it over only after that one misses its heartbeats for "
+                f"heartbeat_timeout_s={self.config.heartbeat_timeout_s:g}; give each worker its own address",
+            )
         if address in self._joining:
             return {"status": "joining"}
-        if known is not None and known.name != beat.name:
-            self.lost(known, f"its address now serves task {beat.name!r}")
         self._joining[address] = beat.name
         try:
+            await self._confirm_worker(address, beat.name)
+            if known is not None and known.name != beat.name:
+                self.lost(known, f"its address now serves task {beat.name!r}")
             await self._reclaim(address, beat.name)
         finally:
             del self._joining[address]
@@ -79,18 +102,46 @@ class WorkerMembership:
         self.publish(record.name)
         return {"status": "ok"}
 
+    async def _confirm_worker(self, address: str, name: str) -> None:
+        """Ask the announced address for its ``worker_status`` (a read) before anything is sent to it.
+
+        Only an address that answers like a task worker is reclaimed with ``cancel_all`` and
+        routed to; anything else (nothing listening, another service, the controller itself) gets
+        one 400 answer that does not say which it was (the log does), so that heartbeats cannot be
+        used to probe what answers where.
+        """
+        problem: str | None = None
+        try:
+            status, body = await self.upstream.request(
+                "GET", address, "/worker_status", None, self.config.worker_connect_timeout_s
+            )
+        except WorkerUnreachable as exc:
+            problem = str(exc)
+        else:
+            if status != 200 or not _looks_like_worker_status(body):
+                problem = f"GET worker_status answered HTTP {status}: {error_detail(body, 120)}"
+        if problem is not None:
+            logger.warning("refused the heartbeat of task %r for %s: %s", name, address, problem)
+            raise HttpError(
+                400,
+                f"the controller could not confirm a task worker of {name!r} at the address this heartbeat "
+                "announces (it asks GET <address>/worker_status; the controller's log says why); announce "
+                "the address the controller reaches this worker at (agentrl-worker: --self, "
+                "agentrl-task-worker: --self-address)",
+            )
+
     async def _reclaim(self, address: str, name: str) -> None:
-        """``cancel_all`` on a (re)joining worker; a 400 answer if its address cannot be reached."""
+        """``cancel_all`` on a (re)joining, confirmed worker."""
         try:
             status, body = await self.upstream.request(
                 "POST", address, "/cancel_all", b"{}", self.config.cancel_grace_s
             )
         except WorkerUnreachable as exc:
+            logger.warning("cancel_all on joining worker %s of task %r failed: %s", address, name, exc)
             raise HttpError(
-                400,
-                f"the controller cannot reach the worker of task {name!r} at the address it announces "
-                f"({exc}); announce an address the controller can reach (agentrl-worker: --self, "
-                "agentrl-task-worker: --self-address)",
+                503,
+                f"the controller could not reclaim the sessions of this worker of task {name!r}; "
+                "it will try again at the next heartbeat",
             ) from None
         if status != 200:
             logger.warning(

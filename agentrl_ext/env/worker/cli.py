@@ -8,6 +8,7 @@ import json
 import logging
 from typing import Any
 
+from agentrl_ext.env.auth import WORKER_SECRET_ENV, load_secret, require_secret_beyond_loopback
 from agentrl_ext.env.protocol import HEARTBEAT_INTERVAL_S
 from agentrl_ext.env.serving import serve
 from agentrl_ext.env.worker.server import TaskWorker
@@ -54,6 +55,12 @@ def main(argv: list[str] | None = None) -> None:
         default=HEARTBEAT_INTERVAL_S,
         help=f"seconds between heartbeats (default {HEARTBEAT_INTERVAL_S:g})",
     )
+    parser.add_argument(
+        "--secret-file",
+        default=None,
+        help=f"file holding the worker secret shared with the controller (default: ${WORKER_SECRET_ENV}); "
+        "required when --host is not a loopback address",
+    )
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -64,6 +71,10 @@ def main(argv: list[str] | None = None) -> None:
         if not isinstance(kwargs, dict):
             raise ValueError(f"--task-kwargs must be a JSON object, got {args.task_kwargs!r}")
         task = load_task(args.task, kwargs)
+        secret = load_secret(args.secret_file, WORKER_SECRET_ENV)
+        require_secret_beyond_loopback(
+            args.host, secret, "agentrl-task-worker", "--secret-file", WORKER_SECRET_ENV
+        )
     except (ValueError, ImportError) as exc:
         parser.error(str(exc))
     self_address = args.self_address
@@ -79,5 +90,6 @@ def main(argv: list[str] | None = None) -> None:
         self_address=self_address,
         concurrency=args.concurrency,
         heartbeat_interval_s=args.heartbeat_interval,
+        secret=secret,
     )
     serve(worker.app, args.host, args.port, args.log_level)

@@ -18,7 +18,9 @@ from typing import Any
 
 import aiohttp
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
+from agentrl_ext.env.auth import BearerAuth, bearer
 from agentrl_ext.env.protocol import (
     API_PREFIX,
     CUSTOM_TASK_INDEX,
@@ -82,6 +84,8 @@ class TaskWorker:
         concurrency: session limit (default: ``task.concurrency``).
         heartbeat_interval_s: seconds between heartbeats (AgentRL: 8).
         cancel_grace_s: how long ``cancel`` waits for the task to finish its cleanup.
+        secret: the worker secret (see :mod:`agentrl_ext.env.auth`): sent with every heartbeat,
+            and required (``Authorization: Bearer``) on every call to this worker's API.
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class TaskWorker:
         concurrency: int | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         cancel_grace_s: float = 10.0,
+        secret: str | None = None,
     ) -> None:
         if controller_address and not self_address:
             raise ValueError(
@@ -108,6 +113,7 @@ class TaskWorker:
         self.concurrency = concurrency or task.concurrency
         self.heartbeat_interval_s = heartbeat_interval_s
         self.cancel_grace_s = cancel_grace_s
+        self._secret = secret
         self.running: dict[int, _Running] = {}
         self.unreported: OrderedDict[int, TurnOutput] = OrderedDict()
         self._heartbeat: asyncio.Task[None] | None = None
@@ -133,7 +139,7 @@ class TaskWorker:
         assert self.controller_address is not None
         url = self.controller_address + "/receive_heartbeat"
         failures = 0
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=bearer(self._secret)) as http:
             while True:
                 beat = {
                     "name": self.task.name,
@@ -352,4 +358,5 @@ class TaskWorker:
             [(method, API_PREFIX + path, handler) for method, path, handler in routes],
             on_startup=[self.startup],
             on_shutdown=[self.shutdown],
+            middleware=[Middleware(BearerAuth, rules=[(None, self._secret, "its controller")])],
         )
