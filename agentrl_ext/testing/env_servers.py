@@ -113,6 +113,8 @@ class EnvServers:
         check_interval: float | None = None,
         worker_timeout: float | None = None,
         rejoin_grace: float | None = None,
+        body_idle_timeout: float | None = None,
+        head_timeout: float | None = None,
         log_level: str = "info",
         code_dir: str | Path | None = None,
         name: str = "controller",
@@ -131,6 +133,8 @@ class EnvServers:
             check_interval=check_interval,
             worker_timeout=worker_timeout,
             rejoin_grace=rejoin_grace,
+            body_idle_timeout=body_idle_timeout,
+            head_timeout=head_timeout,
             log_level=log_level,
         )
         if code_dir is None:

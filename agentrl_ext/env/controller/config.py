@@ -55,6 +55,13 @@ class ControllerConfig:
     (not 404): after a controller restart its workers re-register with their next heartbeat
     (every 8 s). 0 turns it off."""
 
+    body_idle_timeout_s: float = 30.0
+    """A request body that sends no byte for this long is answered 408 and its connection closed."""
+    body_timeout_s: float = 120.0
+    """Longest time one request body may take in all (then 408)."""
+    head_timeout_s: float = 30.0
+    """A request head (or a new connection's first request) not complete after this long: 408, closed."""
+
     def __post_init__(self) -> None:
         for item in fields(self):
             value = getattr(self, item.name)

@@ -276,6 +276,14 @@ class ControllerService:
         self.sessions.mark_reported(session_id)
         return InteractResponse(finish=True, status=ended.status, error=ended.reason)
 
+    def check_known(self, session_id: int) -> None:
+        """404 (closing the connection: the request body is left unread) for a session that is
+        neither open nor remembered as ended."""
+        if session_id not in self.sessions.open and self.sessions.ended(session_id) is None:
+            error = self._unknown_session(session_id)
+            error.headers = {"connection": "close"}
+            raise error
+
     def _unknown_session(self, session_id: int) -> HttpError:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
         return HttpError(
