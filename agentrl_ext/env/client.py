@@ -1,8 +1,8 @@
 """Async client of the controller API, used by the agent loop and by evaluators.
 
 One :class:`ControllerClient` holds a pool of keep-alive connections; share it between all
-episodes of a process. Transport failures are retried with exponential backoff, but only where a
-retry cannot apply an agent step twice: ``interact`` is retried only when the connection could not
+episodes of a process. Transport failures are retried with exponential backoff until a deadline
+(:class:`RetryPolicy`, 60 s by default), but only where a retry cannot apply an agent step twice: ``interact`` is retried only when the connection could not
 be opened (the request never reached the controller), ``start_sample`` also on 503 (no free
 worker yet, or a controller that just restarted and waits for its workers to re-register),
 ``cancel`` and the read-only calls on any transport error (``get_indices`` and
@@ -43,6 +43,10 @@ forwarded call (``worker_request_timeout_s`` = 120 s; a lost worker: ``heartbeat
 ``check_interval_s`` = 26 s), so the controller's ``task error`` answer, with its reason, comes
 first; short enough that a hung controller does not stall a rollout for long."""
 
+DEFAULT_RETRY_DEADLINE_S = 60.0
+"""Default time a call keeps retrying an unreachable controller or a 503: longer than a
+controller restart plus its workers' re-registration (a heartbeat interval, 8 s)."""
+
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 
 
@@ -61,9 +65,18 @@ class ControllerUnavailable(Exception):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded retries with exponential backoff and jitter."""
+    """Retries with exponential backoff and jitter, bounded by time (and optionally by count).
 
-    max_attempts: int = 5
+    A call is retried while it fails in a way a retry can fix (see the module docstring: the
+    controller was unreachable, or answered 503) until ``deadline_s`` has passed since its first
+    attempt, so a controller restart of up to ``deadline_s`` costs a rollout a wait, not an
+    episode. Each wait is the backoff, or the server's ``Retry-After`` when that is longer.
+    """
+
+    deadline_s: float = DEFAULT_RETRY_DEADLINE_S
+    """No retry starts later than this many seconds after the first attempt."""
+    max_attempts: int | None = None
+    """Optional cap on attempts (None: only ``deadline_s`` bounds them)."""
     initial_backoff_s: float = 0.2
     max_backoff_s: float = 5.0
     max_retry_after_s: float = 30.0
@@ -71,14 +84,15 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if (
-            self.max_attempts < 1
+            (self.max_attempts is not None and self.max_attempts < 1)
+            or self.deadline_s < 0
             or self.initial_backoff_s < 0
             or self.max_backoff_s < self.initial_backoff_s
             or self.max_retry_after_s < 0
         ):
             raise ValueError(
-                "RetryPolicy needs max_attempts >= 1, 0 <= initial_backoff_s <= max_backoff_s and "
-                f"max_retry_after_s >= 0, got {self}"
+                "RetryPolicy needs deadline_s >= 0, max_attempts >= 1 (or None), 0 <= initial_backoff_s "
+                f"<= max_backoff_s and max_retry_after_s >= 0, got {self}"
             )
 
     def backoff(self, attempt: int, retry_after_s: float | None = None) -> float:
@@ -88,6 +102,19 @@ class RetryPolicy:
         wait = base * (0.5 + random.random() / 2)
         if retry_after_s is not None:
             wait = max(wait, min(retry_after_s, self.max_retry_after_s))
+        return wait
+
+    def next_wait(self, attempt: int, elapsed_s: float, retry_after_s: float | None = None) -> float | None:
+        """The wait before retry number ``attempt``, or None when no retry is left: the attempts
+        are used up, or the retry would start after ``deadline_s``."""
+        if self.max_attempts is not None and attempt >= self.max_attempts:
+            return None
+        wait = self.backoff(attempt, retry_after_s)
+        if elapsed_s + wait > self.deadline_s:
+            left = self.deadline_s - elapsed_s
+            # A last retry at the deadline, unless the server asked for a longer wait than is left.
+            asked = None if retry_after_s is None else min(retry_after_s, self.max_retry_after_s)
+            return left if left > 0 and (asked is None or asked <= left) else None
         return wait
 
 
@@ -178,12 +205,13 @@ class ControllerClient:
         if session_id is not None:
             headers[SESSION_ID_HEADER] = str(session_id)
         data = pydantic_core.to_json(body) if body is not None else None
-        last_error: Exception | None = None
-        retry_after: float | None = None
-        for attempt in range(1, self.retry.max_attempts + 1):
-            if attempt > 1:
-                await asyncio.sleep(self.retry.backoff(attempt - 1, retry_after))
-            retry_after = None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            error: Exception
             try:
                 async with self._http().request(
                     method, url, data=data, headers=headers, params=params
@@ -191,30 +219,31 @@ class ControllerClient:
                     payload = await response.read()
                     if response.status == 200:
                         return payload, dict(response.headers)
-                    detail = error_detail(payload)
-                    if response.status in retry_statuses and attempt < self.retry.max_attempts:
-                        logger.info("%s %s: HTTP %d (%s); retrying", method, path, response.status, detail)
-                        last_error = ControllerError(method, url, response.status, detail)
-                        retry_after = _seconds(response.headers.get("retry-after"))
-                        continue
-                    raise ControllerError(method, url, response.status, detail)
+                    error = ControllerError(method, url, response.status, error_detail(payload))
+                    if response.status not in retry_statuses:
+                        raise error
+                    retry_after = _seconds(response.headers.get("retry-after"))
             except aiohttp.ClientConnectorError as exc:
-                last_error = exc  # never reached the controller: always safe to retry
+                error = exc  # never reached the controller: always safe to retry
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 if not retry_sent:
                     raise ControllerUnavailable(
                         f"{method} {url} failed after the request was sent ({type(exc).__name__}: {exc}); not retried "
                         "because the controller may have applied it"
                     ) from exc
-                last_error = exc
-            logger.info(
-                "%s %s attempt %d/%d failed: %s", method, path, attempt, self.retry.max_attempts, last_error
-            )
-        if isinstance(last_error, ControllerError):
-            raise last_error
-        raise ControllerUnavailable(
-            f"{method} {url} failed {self.retry.max_attempts} times; last error: {type(last_error).__name__}: {last_error}"
-        ) from last_error
+                error = exc
+            elapsed = loop.time() - started
+            wait = self.retry.next_wait(attempt, elapsed, retry_after)
+            if wait is None:
+                if isinstance(error, ControllerError):
+                    raise error
+                raise ControllerUnavailable(
+                    f"{method} {url} failed {attempt} times in {elapsed:.1f}s (RetryPolicy: deadline_s="
+                    f"{self.retry.deadline_s:g}, max_attempts={self.retry.max_attempts}); last error: "
+                    f"{type(error).__name__}: {error}"
+                ) from error
+            logger.info("%s %s attempt %d failed (%s); retrying in %.2fs", method, path, attempt, error, wait)
+            await asyncio.sleep(wait)
 
     async def start_sample(
         self, name: str, index: SampleIndex, custom_task: dict[str, Any] | None = None
@@ -228,11 +257,16 @@ class ControllerClient:
             retry_statuses=(503,),
         )
         raw_id = headers.get(SESSION_ID_HEADER)
-        if raw_id is None:
+        try:
+            session_id = int(raw_id)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
             raise ControllerError(
-                "POST", self.base_url + "/start_sample", 200, "answer has no session_id header"
-            )
-        return StartedSample(int(raw_id), _parse(InteractResponse, payload, "start_sample"))
+                "POST",
+                self.base_url + "/start_sample",
+                200,
+                f"answer has no integer session_id header: {raw_id!r:.40}",
+            ) from None
+        return StartedSample(session_id, _parse(InteractResponse, payload, "start_sample"))
 
     async def interact(self, session_id: int, messages: list[dict[str, Any]]) -> InteractResponse:
         """Send the agent's step (assistant messages with tool calls); returns the environment's answer."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,10 +13,20 @@ from agentrl_ext.env.controller.config import ControllerConfig
 from agentrl_ext.env.controller.metrics import ControllerMetrics
 from agentrl_ext.env.controller.registry import WorkerRecord, WorkerRegistry, normalize_address
 from agentrl_ext.env.controller.upstream import WorkerConnections, WorkerUnreachable
-from agentrl_ext.env.protocol import HeartbeatRequest, SampleIndex, WorkerInfo, error_detail
+from agentrl_ext.env.protocol import (
+    HEARTBEAT_INTERVAL_S,
+    HeartbeatRequest,
+    SampleIndex,
+    WorkerInfo,
+    error_detail,
+)
 from agentrl_ext.env.web import HttpError
 
 logger = logging.getLogger(__name__)
+
+
+REJOIN_RETRY_AFTER_S = 1
+"""``Retry-After`` while workers may still re-register: each can be back at any moment."""
 
 
 def _looks_like_worker_status(body: bytes) -> bool:
@@ -191,13 +200,14 @@ class WorkerMembership:
             )
         waited = time.monotonic() - self.started
         if waited < self.config.rejoin_grace_s:
-            left = math.ceil(self.config.rejoin_grace_s - waited)
+            # Each worker's next heartbeat may come at any moment of its interval (8 s), so a
+            # worker can be back any second now: ask for a retry in one, not at the grace's end.
             raise HttpError(
                 503,
                 f"no worker serves task {name!r} yet: the controller started {waited:.1f}s ago and workers "
-                f"re-register with their next heartbeat (rejoin_grace_s={self.config.rejoin_grace_s:g}); "
-                f"retry in {left}s",
-                {"retry-after": str(left)},
+                f"re-register with their next heartbeat (every {HEARTBEAT_INTERVAL_S:g}s; rejoin_grace_s="
+                f"{self.config.rejoin_grace_s:g}); retry in {REJOIN_RETRY_AFTER_S}s",
+                {"retry-after": str(REJOIN_RETRY_AFTER_S)},
             )
         tasks = self.registry.tasks()
         known = ", ".join(repr(t) for t in tasks) if tasks else "none (no worker has sent a heartbeat yet)"
