@@ -13,8 +13,10 @@ worker yet, or a controller that just restarted and waits for its workers to re-
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -130,24 +132,31 @@ class ControllerClient:
     """Typed async access to a controller, e.g. ``ControllerClient("http://127.0.0.1:5020/api")``.
 
     Use as ``async with ControllerClient(url) as client: ...`` or call :meth:`close`.
+    ``base_url`` may also be a list: the controller shards of one fleet, in shard order (see
+    ``agentrl-controller --shard/--shards``); starts are spread over them in turn, and every call
+    about a session goes to ``base_urls[session_id % len(base_urls)]``, the shard that holds it.
     ``secret`` is the controller's client secret (sent as ``Authorization: Bearer``); None reads
     ``$AGENTRL_ENV_CLIENT_SECRET`` (:data:`~agentrl_ext.env.auth.CLIENT_SECRET_ENV`), unset: none.
     """
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         retry: RetryPolicy | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float = 10.0,
         max_connections: int = 1024,
         secret: str | None = None,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"controller URL {base_url!r} must start with http:// or https://, e.g. http://127.0.0.1:5020/api"
-            )
-        self.base_url = base_url.rstrip("/")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        for url in urls or [""]:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"controller URL {url!r} must start with http:// or https://, e.g. http://127.0.0.1:5020/api"
+                )
+        self.base_urls = [url.rstrip("/") for url in urls]
+        self.base_url = self.base_urls[0]
+        self._next_start = itertools.count()
         self.retry = retry or RetryPolicy()
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
         self._max_connections = max_connections
@@ -198,9 +207,13 @@ class ControllerClient:
         params: dict[str, str] | None = None,
         retry_sent: bool,
         retry_statuses: tuple[int, ...] = (),
+        base: str | None = None,
     ) -> tuple[bytes, dict[str, str]]:
-        """One API call with retries; returns (body, headers) of a 200 answer."""
-        url = self.base_url + path
+        """One API call with retries; returns (body, headers) of a 200 answer. ``base``: the
+        controller to call (default: the session's shard, else the first)."""
+        if base is None:
+            base = self.base_url if session_id is None else self.base_urls[session_id % len(self.base_urls)]
+        url = base + path
         headers = {"content-type": "application/json", **self._auth}
         if session_id is not None:
             headers[SESSION_ID_HEADER] = str(session_id)
@@ -255,6 +268,7 @@ class ControllerClient:
             body={"name": name, "index": index, "custom_task": custom_task},
             retry_sent=False,
             retry_statuses=(503,),
+            base=self.base_urls[next(self._next_start) % len(self.base_urls)],
         )
         raw_id = headers.get(SESSION_ID_HEADER)
         try:
@@ -294,11 +308,14 @@ class ControllerClient:
         return {name: [WorkerInfo.model_validate(w) for w in workers] for name, workers in raw.items()}
 
     async def list_sessions(self, name: str | None = None) -> list[SessionInfo]:
-        """Open sessions (optionally of one task)."""
-        payload, _ = await self._call(
-            "GET", "/list_sessions", params={"name": name} if name else None, retry_sent=True
-        )
-        return [SessionInfo.model_validate(item) for item in pydantic_core.from_json(payload)]
+        """Open sessions (optionally of one task), of every controller shard."""
+        found: list[SessionInfo] = []
+        for base in self.base_urls:
+            payload, _ = await self._call(
+                "GET", "/list_sessions", params={"name": name} if name else None, retry_sent=True, base=base
+            )
+            found += [SessionInfo.model_validate(item) for item in pydantic_core.from_json(payload)]
+        return found
 
     async def calculate_overall(self, name: str, results: list[TaskOutput]) -> Any:
         """The task's summary of finished samples."""

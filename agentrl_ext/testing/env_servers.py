@@ -113,6 +113,8 @@ class EnvServers:
         check_interval: float | None = None,
         worker_timeout: float | None = None,
         rejoin_grace: float | None = None,
+        shard: int | None = None,
+        shards: int | None = None,
         body_idle_timeout: float | None = None,
         head_timeout: float | None = None,
         log_level: str = "info",
@@ -133,6 +135,8 @@ class EnvServers:
             check_interval=check_interval,
             worker_timeout=worker_timeout,
             rejoin_grace=rejoin_grace,
+            shard=shard,
+            shards=shards,
             body_idle_timeout=body_idle_timeout,
             head_timeout=head_timeout,
             log_level=log_level,
@@ -144,7 +148,7 @@ class EnvServers:
 
     def worker(
         self,
-        controller: ServerProcess | None,
+        controller: ServerProcess | Sequence[ServerProcess] | None,
         task: str = ECHO_TASK,
         *,
         name: str | None = None,
@@ -155,9 +159,10 @@ class EnvServers:
         env: dict[str, str] | None = None,
     ) -> ServerProcess:
         """Start ``agentrl-task-worker`` for ``task`` ("module:Class"), registered with ``controller``
-        (None: stand-alone). ``name`` (default ``worker-<port>``) is what :meth:`kill` takes."""
+        (several: the shards of one fleet; None: stand-alone). ``name`` (default ``worker-<port>``) is what :meth:`kill` takes."""
         port = free_port()
-        api = controller.api if controller is not None else None
+        controllers = [controller] if isinstance(controller, ServerProcess) else list(controller or [])
+        api = [c.api for c in controllers]
         argv = worker_argv(task, port, api, task_kwargs, heartbeat_interval, concurrency, log_level)
         return self.launch(name or f"worker-{port}", argv, port, env=env)
 

@@ -266,6 +266,18 @@ def main(argv: list[str] | None = None) -> None:
         help="seconds a request head (or a silent new connection) may take before it is answered 408",
     )
     parser.add_argument(
+        "--shard",
+        type=int,
+        default=0,
+        help="this controller's number (0..shards-1) among several serving one worker fleet",
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="how many controller processes serve the fleet; session ids are shard modulo shards",
+    )
+    parser.add_argument(
         "--worker-secret-file",
         default=None,
         help=f"file holding the secret task workers must send (default: ${WORKER_SECRET_ENV}); "
@@ -290,6 +302,8 @@ def main(argv: list[str] | None = None) -> None:
             rejoin_grace_s=args.rejoin_grace,
             body_idle_timeout_s=args.body_idle_timeout,
             head_timeout_s=args.head_timeout,
+            shard=args.shard,
+            shards=args.shards,
         )
         secrets = ServiceSecrets(
             worker=load_secret(args.worker_secret_file, WORKER_SECRET_ENV),

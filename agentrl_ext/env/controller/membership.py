@@ -140,13 +140,19 @@ class WorkerMembership:
             )
 
     async def _reclaim(self, address: str, name: str) -> None:
-        """``cancel_all`` on a (re)joining, confirmed worker."""
+        """End what a (re)joining, confirmed worker still runs for this controller: ``cancel_all``
+        when this controller is the only one; with several shards, only this shard's sessions
+        (``get_sessions``, then ``cancel`` those whose id is this shard's), since the others'
+        sessions on the same worker are alive."""
         try:
-            status, body = await self.upstream.request(
-                "POST", address, "/cancel_all", b"{}", self.config.cancel_grace_s
-            )
+            if self.config.shards == 1:
+                status, body = await self.upstream.request(
+                    "POST", address, "/cancel_all", b"{}", self.config.cancel_grace_s
+                )
+            else:
+                status, body = await self._cancel_own_sessions(address)
         except WorkerUnreachable as exc:
-            logger.warning("cancel_all on joining worker %s of task %r failed: %s", address, name, exc)
+            logger.warning("reclaiming joining worker %s of task %r failed: %s", address, name, exc)
             raise HttpError(
                 503,
                 f"the controller could not reclaim the sessions of this worker of task {name!r}; "
@@ -154,8 +160,30 @@ class WorkerMembership:
             ) from None
         if status != 200:
             logger.warning(
-                "worker %s answered cancel_all with HTTP %d: %s", address, status, error_detail(body)
+                "worker %s answered its reclaim with HTTP %d: %s", address, status, error_detail(body)
             )
+
+    async def _cancel_own_sessions(self, address: str) -> tuple[int, bytes]:
+        status, body = await self.upstream.request(
+            "GET", address, "/get_sessions", None, self.config.worker_connect_timeout_s
+        )
+        if status != 200:
+            return status, body
+        listed = pydantic_core.from_json(body)
+        mine = [
+            int(sid)
+            for sid in (listed if isinstance(listed, (dict, list)) else ())
+            if str(sid).isdigit() and int(sid) % self.config.shards == self.config.shard
+        ]
+        for session_id in mine:
+            status, body = await self.upstream.request(
+                "POST",
+                address,
+                "/cancel",
+                pydantic_core.to_json({"session_id": session_id}),
+                self.config.cancel_grace_s,
+            )
+        return 200, b""
 
     def lost(self, worker: WorkerRecord, reason: str) -> None:
         """Mark a worker unhealthy, end its sessions with ``task error`` and abort the calls in flight

@@ -77,7 +77,12 @@ class ControllerService:
 
     def __init__(self, config: ControllerConfig | None = None, worker_secret: str | None = None) -> None:
         self.config = config or ControllerConfig()
-        self.sessions = SessionTable(self.config.max_unreported_sessions, self.config.max_reported_sessions)
+        self.sessions = SessionTable(
+            self.config.max_unreported_sessions,
+            self.config.max_reported_sessions,
+            self.config.shard,
+            self.config.shards,
+        )
         self.metrics = ControllerMetrics()
         self.upstream = WorkerConnections(
             self.config.max_connections_per_worker,

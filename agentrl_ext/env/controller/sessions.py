@@ -63,7 +63,7 @@ class EndedSession(NamedTuple):
 class SessionTable:
     """Open sessions ordered by last activity (oldest first), so expiry is O(expired)."""
 
-    def __init__(self, max_unreported: int, max_reported: int) -> None:
+    def __init__(self, max_unreported: int, max_reported: int, shard: int = 0, shards: int = 1) -> None:
         self.open: OrderedDict[int, OpenSession] = OrderedDict()
         # Two bounded records, so that the many normally finished sessions never push out the
         # few whose final status a client has yet to learn (and the GC has less to walk).
@@ -71,10 +71,13 @@ class SessionTable:
         self.reported: OrderedDict[int, EndedSession] = OrderedDict()
         self._max_unreported = max_unreported
         self._max_reported = max_reported
+        self._shard, self._shards = shard, shards
 
     def new_id(self) -> int:
         """A fresh, unguessable session id: 63 random bits (a positive int64, what AgentRL's
-        clients parse with ``int()``), never one that is open or remembered.
+        clients parse with ``int()``), never one that is open or remembered. With several
+        controller shards the id is also ``shard`` modulo ``shards`` (its lowest bits then carry
+        the shard: log2(shards) bits less to guess).
 
         Knowing one's own ids tells nothing about another client's (ids used to be consecutive,
         so any client could interact with or cancel the next one's session); and an id from
@@ -82,7 +85,12 @@ class SessionTable:
         """
         while True:
             session_id = secrets.randbits(SESSION_ID_BITS)
-            if session_id and session_id not in self.open and self.ended(session_id) is None:
+            session_id += self._shard - session_id % self._shards
+            if (
+                0 < session_id < 2**SESSION_ID_BITS
+                and session_id not in self.open
+                and self.ended(session_id) is None
+            ):
                 return session_id
 
     def add(self, session: OpenSession) -> None:

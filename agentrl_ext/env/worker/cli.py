@@ -39,7 +39,11 @@ def main(argv: list[str] | None = None) -> None:
         "--task-kwargs", default="{}", help="JSON object of keyword arguments for the task class"
     )
     parser.add_argument(
-        "--controller", default=None, help="controller API base, e.g. http://127.0.0.1:5020/api"
+        "--controller",
+        action="append",
+        default=None,
+        help="controller API base, e.g. http://127.0.0.1:5020/api; repeat it for the controller shards "
+        "of one fleet (heartbeats go to each)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=5021, help="port to bind (default 5021)")

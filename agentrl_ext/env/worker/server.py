@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +78,9 @@ class TaskWorker:
 
     Args:
         task: the environment.
-        controller_address: controller API base, e.g. ``http://127.0.0.1:5020/api``; None runs
-            the worker stand-alone (no heartbeats).
+        controller_address: controller API base, e.g. ``http://127.0.0.1:5020/api``, or several
+            (the controller shards of one fleet: heartbeats go to each); None runs the worker
+            stand-alone (no heartbeats).
         self_address: this worker's API base as the controller should reach it, e.g.
             ``http://127.0.0.1:5021/api``; required with a controller.
         concurrency: session limit (default: ``task.concurrency``).
@@ -91,7 +93,7 @@ class TaskWorker:
     def __init__(
         self,
         task: Task,
-        controller_address: str | None = None,
+        controller_address: str | Sequence[str] | None = None,
         self_address: str | None = None,
         concurrency: int | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
@@ -108,7 +110,8 @@ class TaskWorker:
         if heartbeat_interval_s <= 0:
             raise ValueError(f"heartbeat_interval_s must be positive, got {heartbeat_interval_s}")
         self.task = task
-        self.controller_address = controller_address.rstrip("/") if controller_address else None
+        addresses = [controller_address] if isinstance(controller_address, str) else controller_address or []
+        self.controller_addresses = [address.rstrip("/") for address in addresses if address]
         self.self_address = self_address.rstrip("/") if self_address else None
         self.concurrency = concurrency or task.concurrency
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -124,8 +127,8 @@ class TaskWorker:
     async def startup(self) -> None:
         """Set up the task and start heartbeats (called by the ASGI lifespan)."""
         await self.task.setup()
-        if self.controller_address:
-            self._heartbeat = asyncio.create_task(self._heartbeat_loop())
+        if self.controller_addresses:
+            self._heartbeat = asyncio.create_task(self._heartbeat_loops())
 
     async def shutdown(self) -> None:
         """Cancel every session, stop heartbeats, tear the task down."""
@@ -135,30 +138,34 @@ class TaskWorker:
         await self._cancel_all("the worker is shutting down")
         await self.task.teardown()
 
-    async def _heartbeat_loop(self) -> None:
-        assert self.controller_address is not None
-        url = self.controller_address + "/receive_heartbeat"
-        failures = 0
+    async def _heartbeat_loops(self) -> None:
         async with aiohttp.ClientSession(headers=bearer(self._secret)) as http:
-            while True:
-                beat = {
-                    "name": self.task.name,
-                    "address": self.self_address,
-                    "concurrency": self.concurrency,
-                    "indices": list(self.task.get_indices()),
-                }
-                try:
-                    async with http.post(url, json=beat, timeout=aiohttp.ClientTimeout(total=10)) as response:
-                        if response.status != 200:
-                            raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:300]}")
-                    if failures:
-                        logger.info("heartbeat to %s works again after %d failures", url, failures)
-                    failures = 0
-                except Exception as exc:  # keep beating whatever happens
-                    failures += 1
-                    if failures == 1 or failures % 10 == 0:
-                        logger.warning("heartbeat to %s failed (%d in a row): %s", url, failures, exc)
-                await asyncio.sleep(self.heartbeat_interval_s)
+            await asyncio.gather(
+                *(self._heartbeat_loop(http, address) for address in self.controller_addresses)
+            )
+
+    async def _heartbeat_loop(self, http: aiohttp.ClientSession, controller_address: str) -> None:
+        url = controller_address + "/receive_heartbeat"
+        failures = 0
+        while True:
+            beat = {
+                "name": self.task.name,
+                "address": self.self_address,
+                "concurrency": self.concurrency,
+                "indices": list(self.task.get_indices()),
+            }
+            try:
+                async with http.post(url, json=beat, timeout=aiohttp.ClientTimeout(total=10)) as response:
+                    if response.status != 200:
+                        raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:300]}")
+                if failures:
+                    logger.info("heartbeat to %s works again after %d failures", url, failures)
+                failures = 0
+            except Exception as exc:  # keep beating whatever happens
+                failures += 1
+                if failures == 1 or failures % 10 == 0:
+                    logger.warning("heartbeat to %s failed (%d in a row): %s", url, failures, exc)
+            await asyncio.sleep(self.heartbeat_interval_s)
 
     # ------------------------------------------------------------------ sessions
 
