@@ -209,7 +209,9 @@ def create_app(
                 rules=[(WORKER_PATHS, secrets.worker, "task workers"), (None, secrets.client, "clients")],
                 open_paths=OPEN_PATHS,
             )
-        ],
+        ]
+        if secrets.worker or secrets.client
+        else [],  # no secret: not a layer to pass for every forwarded step
     )
     app.state.service = svc
     return app

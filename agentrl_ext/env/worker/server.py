@@ -365,5 +365,7 @@ class TaskWorker:
             [(method, API_PREFIX + path, handler) for method, path, handler in routes],
             on_startup=[self.startup],
             on_shutdown=[self.shutdown],
-            middleware=[Middleware(BearerAuth, rules=[(None, self._secret, "its controller")])],
+            middleware=[Middleware(BearerAuth, rules=[(None, self._secret, "its controller")])]
+            if self._secret
+            else [],
         )
