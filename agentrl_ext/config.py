@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional  # noqa: UP035 (OmegaConf structure
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agentrl_ext.env.client import DEFAULT_TIMEOUT_S
+from agentrl_ext.env.client import DEFAULT_RETRY_DEADLINE_S, DEFAULT_TIMEOUT_S
 from agentrl_ext.models.chat_template import CHAT_TEMPLATES
 
 #: the environment variable that sets ``agentrl.cache_dir`` when the config leaves it unset
@@ -88,8 +88,12 @@ class AgentLoopConfig:
     max_tokens_per_turn: Optional[int] = None  # noqa: UP045
     #: the model's tool-call format: hermes (Qwen2.5) or any verl tool parser name
     tool_format: str = "hermes"
-    #: attempts for a session start / interact on transport errors (then the sample is dropped)
-    env_attempts: int = 3
+    #: seconds a session start / interact keeps retrying an unreachable controller (and a start a
+    #: 503) before the sample is dropped: a controller restart shorter than this costs a wait, not
+    #: episodes (a call that reached the controller is never retried: that episode is dropped)
+    env_retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S
+    #: optional cap on those attempts (null: only env_retry_deadline_s bounds them)
+    env_attempts: Optional[int] = None  # noqa: UP045
     #: seconds one environment call may take: longer than the controller's own bounds (120 s for a
     #: worker's answer, ~26 s to declare a hung worker lost), so its ``task error`` and reason arrive first
     env_timeout_s: float = DEFAULT_TIMEOUT_S
@@ -107,8 +111,12 @@ class AgentLoopConfig:
             raise ValueError(f"agentrl.agent_loop.max_turns={self.max_turns} must be >= 1")
         if self.max_failed_batches < 1:
             raise ValueError(f"agentrl.agent_loop.max_failed_batches={self.max_failed_batches} must be >= 1")
-        if self.env_attempts < 1:
-            raise ValueError(f"agentrl.agent_loop.env_attempts={self.env_attempts} must be >= 1")
+        if self.env_attempts is not None and self.env_attempts < 1:
+            raise ValueError(f"agentrl.agent_loop.env_attempts={self.env_attempts} must be >= 1 (or null)")
+        if self.env_retry_deadline_s < 0:
+            raise ValueError(
+                f"agentrl.agent_loop.env_retry_deadline_s={self.env_retry_deadline_s} must be >= 0"
+            )
         if self.abort_retries < 0 or self.abort_retry_delay_s < 0:
             raise ValueError(
                 f"agentrl.agent_loop.abort_retries={self.abort_retries} and abort_retry_delay_s="

@@ -1,8 +1,8 @@
 """Async client of the controller API, used by the agent loop and by evaluators.
 
 One :class:`ControllerClient` holds a pool of keep-alive connections; share it between all
-episodes of a process. Transport failures are retried with exponential backoff, but only where a
-retry cannot apply an agent step twice: ``interact`` is retried only when the connection could not
+episodes of a process. Transport failures are retried with exponential backoff until a deadline
+(:class:`RetryPolicy`, 60 s by default), but only where a retry cannot apply an agent step twice: ``interact`` is retried only when the connection could not
 be opened (the request never reached the controller), ``start_sample`` also on 503 (no free
 worker yet, or a controller that just restarted and waits for its workers to re-register),
 ``cancel`` and the read-only calls on any transport error (``get_indices`` and
@@ -13,8 +13,10 @@ worker yet, or a controller that just restarted and waits for its workers to re-
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -23,6 +25,7 @@ import aiohttp
 import pydantic
 import pydantic_core
 
+from agentrl_ext.env.auth import CLIENT_SECRET_ENV, bearer, load_secret
 from agentrl_ext.env.protocol import (
     SESSION_ID_HEADER,
     CancelResponse,
@@ -41,6 +44,10 @@ DEFAULT_TIMEOUT_S = 180.0
 forwarded call (``worker_request_timeout_s`` = 120 s; a lost worker: ``heartbeat_timeout_s`` +
 ``check_interval_s`` = 26 s), so the controller's ``task error`` answer, with its reason, comes
 first; short enough that a hung controller does not stall a rollout for long."""
+
+DEFAULT_RETRY_DEADLINE_S = 60.0
+"""Default time a call keeps retrying an unreachable controller or a 503: longer than a
+controller restart plus its workers' re-registration (a heartbeat interval, 8 s)."""
 
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 
@@ -68,9 +75,18 @@ def unreachable_message(url: str, option: str = "--controller-url") -> str:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded retries with exponential backoff and jitter."""
+    """Retries with exponential backoff and jitter, bounded by time (and optionally by count).
 
-    max_attempts: int = 5
+    A call is retried while it fails in a way a retry can fix (see the module docstring: the
+    controller was unreachable, or answered 503) until ``deadline_s`` has passed since its first
+    attempt, so a controller restart of up to ``deadline_s`` costs a rollout a wait, not an
+    episode. Each wait is the backoff, or the server's ``Retry-After`` when that is longer.
+    """
+
+    deadline_s: float = DEFAULT_RETRY_DEADLINE_S
+    """No retry starts later than this many seconds after the first attempt."""
+    max_attempts: int | None = None
+    """Optional cap on attempts (None: only ``deadline_s`` bounds them)."""
     initial_backoff_s: float = 0.2
     max_backoff_s: float = 5.0
     max_retry_after_s: float = 30.0
@@ -78,14 +94,15 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if (
-            self.max_attempts < 1
+            (self.max_attempts is not None and self.max_attempts < 1)
+            or self.deadline_s < 0
             or self.initial_backoff_s < 0
             or self.max_backoff_s < self.initial_backoff_s
             or self.max_retry_after_s < 0
         ):
             raise ValueError(
-                "RetryPolicy needs max_attempts >= 1, 0 <= initial_backoff_s <= max_backoff_s and "
-                f"max_retry_after_s >= 0, got {self}"
+                "RetryPolicy needs deadline_s >= 0, max_attempts >= 1 (or None), 0 <= initial_backoff_s "
+                f"<= max_backoff_s and max_retry_after_s >= 0, got {self}"
             )
 
     def backoff(self, attempt: int, retry_after_s: float | None = None) -> float:
@@ -95,6 +112,19 @@ class RetryPolicy:
         wait = base * (0.5 + random.random() / 2)
         if retry_after_s is not None:
             wait = max(wait, min(retry_after_s, self.max_retry_after_s))
+        return wait
+
+    def next_wait(self, attempt: int, elapsed_s: float, retry_after_s: float | None = None) -> float | None:
+        """The wait before retry number ``attempt``, or None when no retry is left: the attempts
+        are used up, or the retry would start after ``deadline_s``."""
+        if self.max_attempts is not None and attempt >= self.max_attempts:
+            return None
+        wait = self.backoff(attempt, retry_after_s)
+        if elapsed_s + wait > self.deadline_s:
+            left = self.deadline_s - elapsed_s
+            # A last retry at the deadline, unless the server asked for a longer wait than is left.
+            asked = None if retry_after_s is None else min(retry_after_s, self.max_retry_after_s)
+            return left if left > 0 and (asked is None or asked <= left) else None
         return wait
 
 
@@ -110,24 +140,35 @@ class ControllerClient:
     """Typed async access to a controller, e.g. ``ControllerClient("http://127.0.0.1:5020/api")``.
 
     Use as ``async with ControllerClient(url) as client: ...`` or call :meth:`close`.
+    ``base_url`` may also be a list: the controller shards of one fleet, in shard order (see
+    ``agentrl-controller --shard/--shards``); starts are spread over them in turn, and every call
+    about a session goes to ``base_urls[session_id % len(base_urls)]``, the shard that holds it.
+    ``secret`` is the controller's client secret (sent as ``Authorization: Bearer``); None reads
+    ``$AGENTRL_ENV_CLIENT_SECRET`` (:data:`~agentrl_ext.env.auth.CLIENT_SECRET_ENV`), unset: none.
     """
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         retry: RetryPolicy | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float = 10.0,
         max_connections: int = 1024,
+        secret: str | None = None,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"controller URL {base_url!r} must start with http:// or https://, e.g. http://127.0.0.1:5020/api"
-            )
-        self.base_url = base_url.rstrip("/")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        for url in urls or [""]:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"controller URL {url!r} must start with http:// or https://, e.g. http://127.0.0.1:5020/api"
+                )
+        self.base_urls = [url.rstrip("/") for url in urls]
+        self.base_url = self.base_urls[0]
+        self._next_start = itertools.count()
         self.retry = retry or RetryPolicy()
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
         self._max_connections = max_connections
+        self._auth = bearer(secret if secret is not None else load_secret(None, CLIENT_SECRET_ENV))
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ControllerClient:
@@ -174,19 +215,24 @@ class ControllerClient:
         params: dict[str, str] | None = None,
         retry_sent: bool,
         retry_statuses: tuple[int, ...] = (),
+        base: str | None = None,
     ) -> tuple[bytes, dict[str, str]]:
-        """One API call with retries; returns (body, headers) of a 200 answer."""
-        url = self.base_url + path
-        headers = {"content-type": "application/json"}
+        """One API call with retries; returns (body, headers) of a 200 answer. ``base``: the
+        controller to call (default: the session's shard, else the first)."""
+        if base is None:
+            base = self.base_url if session_id is None else self.base_urls[session_id % len(self.base_urls)]
+        url = base + path
+        headers = {"content-type": "application/json", **self._auth}
         if session_id is not None:
             headers[SESSION_ID_HEADER] = str(session_id)
         data = pydantic_core.to_json(body) if body is not None else None
-        last_error: Exception | None = None
-        retry_after: float | None = None
-        for attempt in range(1, self.retry.max_attempts + 1):
-            if attempt > 1:
-                await asyncio.sleep(self.retry.backoff(attempt - 1, retry_after))
-            retry_after = None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            error: Exception
             try:
                 async with self._http().request(
                     method, url, data=data, headers=headers, params=params
@@ -194,30 +240,31 @@ class ControllerClient:
                     payload = await response.read()
                     if response.status == 200:
                         return payload, dict(response.headers)
-                    detail = error_detail(payload)
-                    if response.status in retry_statuses and attempt < self.retry.max_attempts:
-                        logger.info("%s %s: HTTP %d (%s); retrying", method, path, response.status, detail)
-                        last_error = ControllerError(method, url, response.status, detail)
-                        retry_after = _seconds(response.headers.get("retry-after"))
-                        continue
-                    raise ControllerError(method, url, response.status, detail)
+                    error = ControllerError(method, url, response.status, error_detail(payload))
+                    if response.status not in retry_statuses:
+                        raise error
+                    retry_after = _seconds(response.headers.get("retry-after"))
             except aiohttp.ClientConnectorError as exc:
-                last_error = exc  # never reached the controller: always safe to retry
+                error = exc  # never reached the controller: always safe to retry
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 if not retry_sent:
                     raise ControllerUnavailable(
                         f"{method} {url} failed after the request was sent ({type(exc).__name__}: {exc}); not retried "
                         "because the controller may have applied it"
                     ) from exc
-                last_error = exc
-            logger.info(
-                "%s %s attempt %d/%d failed: %s", method, path, attempt, self.retry.max_attempts, last_error
-            )
-        if isinstance(last_error, ControllerError):
-            raise last_error
-        raise ControllerUnavailable(
-            f"{method} {url} failed {self.retry.max_attempts} times; last error: {type(last_error).__name__}: {last_error}"
-        ) from last_error
+                error = exc
+            elapsed = loop.time() - started
+            wait = self.retry.next_wait(attempt, elapsed, retry_after)
+            if wait is None:
+                if isinstance(error, ControllerError):
+                    raise error
+                raise ControllerUnavailable(
+                    f"{method} {url} failed {attempt} times in {elapsed:.1f}s (RetryPolicy: deadline_s="
+                    f"{self.retry.deadline_s:g}, max_attempts={self.retry.max_attempts}); last error: "
+                    f"{type(error).__name__}: {error}"
+                ) from error
+            logger.info("%s %s attempt %d failed (%s); retrying in %.2fs", method, path, attempt, error, wait)
+            await asyncio.sleep(wait)
 
     async def start_sample(
         self, name: str, index: SampleIndex, custom_task: dict[str, Any] | None = None
@@ -229,13 +276,19 @@ class ControllerClient:
             body={"name": name, "index": index, "custom_task": custom_task},
             retry_sent=False,
             retry_statuses=(503,),
+            base=self.base_urls[next(self._next_start) % len(self.base_urls)],
         )
         raw_id = headers.get(SESSION_ID_HEADER)
-        if raw_id is None:
+        try:
+            session_id = int(raw_id)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
             raise ControllerError(
-                "POST", self.base_url + "/start_sample", 200, "answer has no session_id header"
-            )
-        return StartedSample(int(raw_id), _parse(InteractResponse, payload, "start_sample"))
+                "POST",
+                self.base_url + "/start_sample",
+                200,
+                f"answer has no integer session_id header: {raw_id!r:.40}",
+            ) from None
+        return StartedSample(session_id, _parse(InteractResponse, payload, "start_sample"))
 
     async def interact(self, session_id: int, messages: list[dict[str, Any]]) -> InteractResponse:
         """Send the agent's step (assistant messages with tool calls); returns the environment's answer."""
@@ -263,11 +316,14 @@ class ControllerClient:
         return {name: [WorkerInfo.model_validate(w) for w in workers] for name, workers in raw.items()}
 
     async def list_sessions(self, name: str | None = None) -> list[SessionInfo]:
-        """Open sessions (optionally of one task)."""
-        payload, _ = await self._call(
-            "GET", "/list_sessions", params={"name": name} if name else None, retry_sent=True
-        )
-        return [SessionInfo.model_validate(item) for item in pydantic_core.from_json(payload)]
+        """Open sessions (optionally of one task), of every controller shard."""
+        found: list[SessionInfo] = []
+        for base in self.base_urls:
+            payload, _ = await self._call(
+                "GET", "/list_sessions", params={"name": name} if name else None, retry_sent=True, base=base
+            )
+            found += [SessionInfo.model_validate(item) for item in pydantic_core.from_json(payload)]
+        return found
 
     async def calculate_overall(self, name: str, results: list[TaskOutput]) -> Any:
         """The task's summary of finished samples."""

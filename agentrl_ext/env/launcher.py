@@ -311,21 +311,22 @@ def controller_argv(port: int, **options: Any) -> list[str]:
 def worker_argv(
     task: str,
     port: int,
-    controller_api: str | None,
+    controller_api: str | Sequence[str] | None,
     kwargs: dict[str, Any] | None = None,
     heartbeat_interval: float | None = None,
     concurrency: int | None = None,
     log_level: str = "info",
     python: Sequence[str] = (sys.executable, "-m", "agentrl_ext.env.worker"),
 ) -> list[str]:
-    """The task-worker command line for ``task`` ("module:Class") on 127.0.0.1:``port``."""
+    """The task-worker command line for ``task`` ("module:Class") on 127.0.0.1:``port``
+    (``controller_api``: one controller, or the shards of one fleet)."""
     argv = [*python, task, "--host", LOOPBACK, "--port", str(port)]
     if heartbeat_interval is not None:
         argv += ["--heartbeat-interval", str(heartbeat_interval)]
     if kwargs:
         argv += ["--task-kwargs", json.dumps(kwargs)]
-    if controller_api is not None:
-        argv += ["--controller-url", controller_api]
+    for api in [controller_api] if isinstance(controller_api, str) else controller_api or []:
+        argv += ["--controller-url", api]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
     return argv + ["--log-level", log_level]

@@ -32,6 +32,7 @@ Message and tool objects are OpenAI chat-completion dictionaries; they are valid
 
 from __future__ import annotations
 
+import itertools
 from enum import Enum
 from typing import Annotated, Any
 
@@ -92,7 +93,7 @@ def _check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for position, message in enumerate(messages):
         if not isinstance(message.get("role"), str):
             raise ValueError(
-                f"messages[{position}] has no string 'role' (got keys {sorted(message)}); "
+                f"messages[{position}] has no string 'role' (got keys {sorted(key[:40] for key in itertools.islice(message, 8))}); "
                 "messages must be OpenAI chat messages such as {'role': 'assistant', 'tool_calls': [...]}"
             )
     return messages
@@ -117,7 +118,7 @@ class StartSampleRequest(_Model):
 class InteractRequest(_Model):
     """Body of the controller's ``interact`` (the session id travels in the header)."""
 
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[dict[str, Any]] = Field(min_length=1, fail_fast=True)
 
     _check = field_validator("messages")(_check_messages)
 
@@ -155,7 +156,7 @@ class HeartbeatRequest(_Model):
         default=None, description="worker API base URL, e.g. http://127.0.0.1:5021/api"
     )
     concurrency: int = Field(ge=1)
-    indices: list[SampleIndex] = Field(default_factory=list)
+    indices: list[SampleIndex] = Field(default_factory=list, fail_fast=True)
     split: str | None = Field(
         default=None, description="the data split the task serves (train, test, ...), when it has one"
     )
@@ -174,7 +175,7 @@ class CalculateOverallRequest(_Model):
     """Body of ``calculate_overall`` (controller and worker)."""
 
     name: str = ""
-    results: list[TaskOutput]
+    results: list[TaskOutput] = Field(fail_fast=True)
 
 
 class WorkerInfo(_Model):
@@ -218,7 +219,7 @@ class WorkerInteractRequest(_Model):
     """Body of a worker's ``interact``."""
 
     session_id: int
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[dict[str, Any]] = Field(min_length=1, fail_fast=True)
 
     _check = field_validator("messages")(_check_messages)
 

@@ -9,33 +9,43 @@ from typing import Any
 
 import uvicorn
 
+from agentrl_ext.env.http_guard import HEAD_TIMEOUT_S, guarded_protocol
+
 logger = logging.getLogger(__name__)
 
 # Longer than any pooled client keeps an idle connection (the controller: 4 s, aiohttp's
 # default: 15 s), so the server never closes a connection a client is about to reuse.
 KEEPALIVE_TIMEOUT_S = 75
+MAX_CONCURRENCY = 16_384
+"""Open connections (and requests in flight) one server accepts; more are answered 503. Far
+above a training run's need (one pooled connection per episode step in flight)."""
 
 
 def _available(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def uvicorn_config(app: Any, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
+def uvicorn_config(
+    app: Any, host: str, port: int, log_level: str = "info", head_timeout_s: float = HEAD_TIMEOUT_S
+) -> uvicorn.Config:
     """A uvicorn config tuned for many small JSON requests over keep-alive connections.
 
-    uvloop and httptools (``uvicorn[standard]``) roughly halve the per-request CPU; without them
-    the pure-Python asyncio loop and h11 parser are used.
+    uvloop and httptools roughly halve the per-request CPU against the pure-Python asyncio loop
+    and h11 parser; the protocol is uvicorn's httptools one with bounds on the request head
+    (:class:`~agentrl_ext.env.http_guard.GuardedHttpToolsProtocol`).
     """
     loop = "uvloop" if _available("uvloop") else "asyncio"
-    http = "httptools" if _available("httptools") else "h11"
-    if loop == "asyncio" or http == "h11":
-        logger.info("serving with loop=%s http=%s; install uvicorn[standard] for more throughput", loop, http)
+    if loop == "asyncio":
+        logger.info("serving with the asyncio loop; install uvloop (uvicorn[standard]) for more throughput")
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         loop=loop,
-        http=http,
+        # httptools (a dependency) with bounds on the request head (agentrl_ext.env.http_guard);
+        # open connections plus requests in flight are bounded too (503 above).
+        http=guarded_protocol(head_timeout_s),
+        limit_concurrency=MAX_CONCURRENCY,
         lifespan="on",
         access_log=False,
         log_level=log_level.lower(),
@@ -48,6 +58,8 @@ def uvicorn_config(app: Any, host: str, port: int, log_level: str = "info") -> u
     )
 
 
-def serve(app: Any, host: str, port: int, log_level: str = "info") -> None:
+def serve(
+    app: Any, host: str, port: int, log_level: str = "info", head_timeout_s: float = HEAD_TIMEOUT_S
+) -> None:
     """Serve ``app`` until interrupted (SIGINT/SIGTERM shut it down gracefully)."""
-    uvicorn.Server(uvicorn_config(app, host, port, log_level)).run()
+    uvicorn.Server(uvicorn_config(app, host, port, log_level, head_timeout_s)).run()

@@ -7,14 +7,22 @@ add ~100 µs to every forwarded agent step; ``bench/controller_lifecycle.py`` me
 stays ours is small: pydantic validation at the boundary (:func:`parse_json`), one JSON error
 shape ``{"detail": "..."}`` that names the bad value (never a bare 500), and the body reader.
 
-Bodies: a declared ``Content-Length`` over :data:`MAX_BODY_BYTES` is refused with 413 before a
-byte of the body is read; other bodies are collected chunk by chunk and joined once (linear
-time), and cut off with 413 as soon as they pass the limit.
+Bodies (:func:`read_body`): a declared ``Content-Length`` over the endpoint's limit (at most
+:data:`MAX_BODY_BYTES`) is refused with 413 before a byte of the body is read; other bodies are
+collected chunk by chunk and joined once (linear time), cut off with 413 as soon as they pass
+the limit, and with 408 when they stall. Validation errors quote a bounded prefix of the bad
+value (:func:`bounded_repr`). After a large body, freed heap memory is given back to the system
+(:func:`release_memory_soon`). Request heads are bounded in the protocol
+(:mod:`agentrl_ext.env.http_guard`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import ctypes.util
 import gc
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -24,6 +32,7 @@ import pydantic
 import pydantic_core
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -47,7 +56,18 @@ Handler = Callable[[Request], Awaitable[Response]]
 Hook = Callable[[], Awaitable[None]]
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
-"""Largest request body accepted (``calculate_overall`` carries whole evaluation histories)."""
+"""Largest request body accepted (``calculate_overall`` carries whole evaluation histories);
+endpoints with small bodies read with a lower ``limit`` (see the controller's app)."""
+BODY_IDLE_TIMEOUT_S = 30.0
+"""Longest wait for the next bytes of a request body that is still coming."""
+BODY_TIMEOUT_S = 120.0
+"""Longest time one request body may take in all."""
+SHOW_VALUES_UP_TO_BYTES = 64 * 1024
+"""Validation errors of bodies up to this size quote (a bounded prefix of) the bad value."""
+LARGE_BODY_BYTES = 1024 * 1024
+"""After a body above this size, freed heap memory is given back to the system (see
+:func:`release_memory_soon`)."""
+TRIM_DELAY_S = 1.0
 JSON_MEDIA_TYPE = "application/json"
 
 
@@ -71,55 +91,119 @@ def error_response(status: int, detail: str, headers: dict[str, str] | None = No
     return json_response({"detail": detail}, status, headers)
 
 
-def describe_validation_error(exc: pydantic.ValidationError, what: str) -> tuple[int, str]:
-    """Turn a pydantic error into (status, message): 400 for bad JSON, 422 for wrong fields."""
+def bounded_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters without formatting more than that.
+
+    A bad value can be huge (a list of 20 million ints in a 40 MB body): ``repr`` of all of it
+    costs seconds of CPU before it is cut. Only the first few items of a container are formatted.
+    """
+    if isinstance(value, str):
+        return repr(value[:limit]) + ("..." if len(value) > limit else "")
+    if isinstance(value, bytes):
+        return repr(value[:limit]) + ("..." if len(value) > limit else "")
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"<an integer of {value.bit_length()} bits>"
+    if isinstance(value, (list, tuple)):
+        shown = ", ".join(bounded_repr(item, limit // 4) for item in value[:4])
+        more = f", ... ({len(value)} items)" if len(value) > 4 else ""
+        text = f"[{shown}{more}]"
+    elif isinstance(value, dict):
+        items = itertools.islice(value.items(), 4)
+        shown = ", ".join(f"{bounded_repr(k, limit // 4)}: {bounded_repr(v, limit // 4)}" for k, v in items)
+        more = f", ... ({len(value)} keys)" if len(value) > 4 else ""
+        text = f"{{{shown}{more}}}"
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_validation_error(
+    exc: pydantic.ValidationError, what: str, with_input: bool = True
+) -> tuple[int, str]:
+    """Turn a pydantic error into (status, message): 400 for bad JSON, 422 for wrong fields.
+
+    The message names at most 5 problems, each with a bounded prefix of the bad value
+    (:func:`bounded_repr`); ``with_input=False`` leaves the values out (for a large body, pydantic
+    would first turn a bad value of any size into Python objects).
+    """
     problems = []
-    for error in exc.errors()[:5]:
+    for error in exc.errors(include_url=False, include_context=False, include_input=with_input)[:5]:
         if error["type"] == "json_invalid":
             return 400, f"{what} is not valid JSON: {error['msg']}"
-        location = ".".join(str(part) for part in error["loc"]) or "body"
-        got_text = repr(error.get("input"))
-        if len(got_text) > 80:
-            got_text = got_text[:77] + "..."
-        problems.append(f"{location}: {error['msg']} (got {got_text})")
-    return 422, f"invalid {what}: " + "; ".join(problems)
+        location = (
+            ".".join(
+                bounded_repr(part, 40) if isinstance(part, str) and len(part) > 40 else str(part)
+                for part in error["loc"]
+            )
+            or "body"
+        )
+        got = f" (got {bounded_repr(error['input'])})" if "input" in error else ""
+        problems.append(f"{location}: {error['msg']}{got}")
+    more = f" ({exc.error_count()} problems in all)" if exc.error_count() > 5 else ""
+    return 422, f"invalid {what}: " + "; ".join(problems) + more
 
 
-def _too_large(size: str) -> HttpError:
+def _too_large(size: str, limit: int) -> HttpError:
     # "Connection: close": the server drops the connection instead of draining the rest of the body.
     return HttpError(
         413,
-        f"request body of {size} bytes is over the limit of {MAX_BODY_BYTES} bytes; send less per call",
+        f"request body of {size} bytes is over the limit of {limit} bytes; send less per call",
         {"connection": "close"},
     )
 
 
-async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The whole request body, in linear time; 413 before reading when the declared size is over ``limit``."""
+async def read_body(
+    request: Request,
+    limit: int = MAX_BODY_BYTES,
+    idle_timeout_s: float = BODY_IDLE_TIMEOUT_S,
+    total_timeout_s: float = BODY_TIMEOUT_S,
+) -> bytes:
+    """The whole request body, in linear time.
+
+    413 before reading when the declared ``Content-Length`` is over ``limit`` (and as soon as a
+    streamed body passes it); 408 when no byte of the body arrives for ``idle_timeout_s``, or the
+    whole body takes longer than ``total_timeout_s`` (a client that declares more than it sends
+    holds the connection no longer). Both answers close the connection.
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
             size = int(declared)
         except ValueError:
-            raise HttpError(400, f"Content-Length {declared!r} is not a number of bytes") from None
+            raise HttpError(400, f"Content-Length {declared[:40]!r} is not a number of bytes") from None
         if size > limit:
-            raise _too_large(str(size))
+            raise _too_large(str(size), limit)
     # The ASGI messages straight from ``request.receive`` (what ``Request.stream`` yields, without
     # an async generator per request): the body is read once, here, and never again.
     chunks: list[bytes] = []
     total = 0
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        if chunk:
-            total += len(chunk)
-            if total > limit:
-                raise _too_large(f"more than {limit}")
-            chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        async with asyncio.timeout(idle_timeout_s) as deadline:
+            while True:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect()
+                chunk = message.get("body", b"")
+                if chunk:
+                    total += len(chunk)
+                    if total > limit:
+                        raise _too_large(f"more than {limit}", limit)
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+                deadline.reschedule(min(loop.time() + idle_timeout_s, started + total_timeout_s))
+    except TimeoutError:
+        raise HttpError(
+            408,
+            f"the request body stalled after {total} bytes (no byte for {idle_timeout_s:g}s, or longer "
+            f"than {total_timeout_s:g}s in all); send the whole body at once",
+            {"connection": "close"},
+        ) from None
+    if total > LARGE_BODY_BYTES:
+        release_memory_soon()
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def parse_json(body: bytes, model: type[ModelT], what: str) -> ModelT:
@@ -129,7 +213,9 @@ def parse_json(body: bytes, model: type[ModelT], what: str) -> ModelT:
     try:
         return model.model_validate_json(body)
     except pydantic.ValidationError as exc:
-        status, detail = describe_validation_error(exc, f"{what} body")
+        status, detail = describe_validation_error(
+            exc, f"{what} body", with_input=len(body) <= SHOW_VALUES_UP_TO_BYTES
+        )
         raise HttpError(status, detail) from None
 
 
@@ -157,11 +243,13 @@ def json_app(
     routes: Sequence[tuple[str, str, Handler]],
     on_startup: Sequence[Hook] = (),
     on_shutdown: Sequence[Hook] = (),
+    middleware: Sequence[Middleware] = (),
 ) -> Starlette:
     """A Starlette app serving ``(method, path, handler)`` routes, every answer JSON.
 
     After the start-up hooks, everything alive is frozen out of the garbage collector's reach
-    (see :func:`freeze_startup_objects`). Unknown paths get 404 naming the endpoints; a known
+    (see :func:`freeze_startup_objects`). ``middleware`` wraps the app (e.g.
+    :class:`~agentrl_ext.env.auth.BearerAuth`). Unknown paths get 404 naming the endpoints; a known
     path with another method gets 405 naming the allowed ones.
     """
     paths = sorted({path for _, path, _ in routes})
@@ -200,7 +288,49 @@ def json_app(
         routes=[Route(path, _guarded(name, handler), methods=[method]) for method, path, handler in routes],
         exception_handlers={HTTPException: routing_error},
         lifespan=lifespan,
+        middleware=list(middleware),
     )
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return None
+    try:
+        trim = ctypes.CDLL(libc_name).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim  # type: ignore[no-any-return]
+
+
+_malloc_trim = _load_malloc_trim()
+_trim_scheduled = False
+
+
+def release_memory_soon() -> None:
+    """Give freed heap memory back to the system shortly (glibc ``malloc_trim``), at most once per
+    :data:`TRIM_DELAY_S`.
+
+    Why: a large body, and the Python objects parsed from it, are freed when the request ends,
+    but glibc keeps the freed pages of its heap (and of the arenas of other threads) mapped for
+    reuse; after a few tens of MB-sized bodies the process kept ~400 MB it no longer used.
+    ``malloc_trim`` returns them; it is called from the event loop a moment after the request,
+    when its objects are gone.
+    """
+    global _trim_scheduled
+    if _malloc_trim is None or _trim_scheduled:
+        return
+    _trim_scheduled = True
+    asyncio.get_running_loop().call_later(TRIM_DELAY_S, _trim_now)
+
+
+def _trim_now() -> None:
+    global _trim_scheduled
+    _trim_scheduled = False
+    assert _malloc_trim is not None
+    _malloc_trim(0)
 
 
 def freeze_startup_objects() -> None:

@@ -248,7 +248,7 @@ async def evaluate_async(
     if api_key is None:
         api_key = os.environ.get(DEFAULT_API_KEY_ENV) or None
     started = time.time()
-    retry = RetryPolicy(max_attempts=3)
+    retry = RetryPolicy()  # waits out a controller restart (up to 60 s) instead of failing samples
     async with ControllerClient(controller_url, retry=retry, timeout_s=settings.env_timeout_s) as client:
         work: list[tuple[str, Any, int]] = []
         for task in tasks:

@@ -75,7 +75,7 @@ def controller_client(config: AgentLoopConfig) -> ControllerClient:
             atexit.register(close_controller_clients)
         client = ControllerClient(
             config.controller_url,
-            retry=RetryPolicy(max_attempts=config.env_attempts),
+            retry=RetryPolicy(deadline_s=config.env_retry_deadline_s, max_attempts=config.env_attempts),
             timeout_s=config.env_timeout_s,
         )
         _clients[key] = (loop, client)

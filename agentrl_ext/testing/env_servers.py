@@ -92,11 +92,13 @@ class EnvServers:
         python_path: Sequence[str | Path] = (),
         ready_timeout_s: float = 30.0,
         cwd: str | Path = REPO,
+        env: dict[str, str] | None = None,
     ) -> ServerProcess:
-        """Start ``argv`` (a server that will listen on ``port``) and wait until it answers HTTP."""
+        """Start ``argv`` (a server that will listen on ``port``) and wait until it answers HTTP;
+        ``env`` adds environment variables (e.g. a secret)."""
         paths = tuple(str(p) for p in (*python_path, *self.python_path))
         log_path = Path(self.log_dir) / f"{name}-{port}.log"
-        server = ServerProcess(name, argv, port, log_path, paths, Path(cwd))
+        server = ServerProcess(name, argv, port, log_path, paths, Path(cwd), env=dict(env or {}))
         self.started.append(server)
         self.by_name[name] = server
         server.start().wait_ready(ready_timeout_s)
@@ -111,9 +113,14 @@ class EnvServers:
         check_interval: float | None = None,
         worker_timeout: float | None = None,
         rejoin_grace: float | None = None,
+        shard: int | None = None,
+        shards: int | None = None,
+        body_idle_timeout: float | None = None,
+        head_timeout: float | None = None,
         log_level: str = "info",
         code_dir: str | Path | None = None,
         name: str = "controller",
+        env: dict[str, str] | None = None,
     ) -> ServerProcess:
         """Start ``agentrl-controller``; options left at None keep the controller's defaults.
 
@@ -128,16 +135,20 @@ class EnvServers:
             check_interval=check_interval,
             worker_timeout=worker_timeout,
             rejoin_grace=rejoin_grace,
+            shard=shard,
+            shards=shards,
+            body_idle_timeout=body_idle_timeout,
+            head_timeout=head_timeout,
             log_level=log_level,
         )
         if code_dir is None:
-            return self.launch(name, argv, port)
+            return self.launch(name, argv, port, env=env)
         # ``python -m`` puts the working directory first on sys.path: run from the other copy.
-        return self.launch(name, argv, port, python_path=[code_dir], cwd=code_dir)
+        return self.launch(name, argv, port, python_path=[code_dir], cwd=code_dir, env=env)
 
     def worker(
         self,
-        controller: ServerProcess | None,
+        controller: ServerProcess | Sequence[ServerProcess] | None,
         task: str = ECHO_TASK,
         *,
         name: str | None = None,
@@ -145,13 +156,15 @@ class EnvServers:
         concurrency: int | None = None,
         heartbeat_interval: float = 0.2,
         log_level: str = "info",
+        env: dict[str, str] | None = None,
     ) -> ServerProcess:
         """Start ``agentrl-task-worker`` for ``task`` ("module:Class"), registered with ``controller``
-        (None: stand-alone). ``name`` (default ``worker-<port>``) is what :meth:`kill` takes."""
+        (several: the shards of one fleet; None: stand-alone). ``name`` (default ``worker-<port>``) is what :meth:`kill` takes."""
         port = free_port()
-        api = controller.api if controller is not None else None
+        controllers = [controller] if isinstance(controller, ServerProcess) else list(controller or [])
+        api = [c.api for c in controllers]
         argv = worker_argv(task, port, api, task_kwargs, heartbeat_interval, concurrency, log_level)
-        return self.launch(name or f"worker-{port}", argv, port)
+        return self.launch(name or f"worker-{port}", argv, port, env=env)
 
     @property
     def controller_url(self) -> str:

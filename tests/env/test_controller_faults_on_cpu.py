@@ -216,8 +216,8 @@ async def test_a_body_in_many_small_chunks_is_read_in_linear_time():
     # 50 MB of invalid JSON in 1 KiB pieces: joined once it is quick; appended piece by piece to
     # a bytes object it is ~1.3 TB of copying (quadratic), which would not finish in the bound.
     chunks = [b"x" * 1024] * 50_000
-    app = create_app(ControllerConfig())
-    status, body = await asyncio.wait_for(call_app(app, "/api/start_sample", chunks, []), timeout=60)
+    app = create_app(ControllerConfig())  # calculate_overall: the endpoint that takes up to 64 MiB
+    status, body = await asyncio.wait_for(call_app(app, "/api/calculate_overall", chunks, []), timeout=60)
     assert status == 400
     assert "not valid JSON" in json.loads(body)["detail"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentrl_ext.env.controller import sessions as sessions_module
 from agentrl_ext.env.controller.registry import WorkerRecord, WorkerRegistry
 from agentrl_ext.env.controller.sessions import OpenSession, SessionTable
 from agentrl_ext.env.protocol import HeartbeatRequest, SampleStatus
@@ -45,12 +46,18 @@ def test_ended_records_expire():
     assert table.ended(1) is None and table.ended(2) is not None
 
 
-def test_new_session_ids_are_integers_that_keep_growing():
-    first = SessionTable(1, 1)
-    ids = [first.new_id() for _ in range(3)]
-    assert all(isinstance(i, int) for i in ids) and ids == sorted(set(ids))
-    assert SessionTable(1, 1).new_id() > ids[-1]  # a restarted controller never reuses an id
-    assert ids[-1] < 2**53  # exact as a JSON number everywhere
+def test_new_session_ids_are_random_positive_int64_never_reused(monkeypatch):
+    table = SessionTable(10, 10)
+    ids = [table.new_id() for _ in range(200)]
+    assert all(isinstance(i, int) and 0 < i < 2**63 for i in ids) and len(set(ids)) == 200
+    assert max(ids).bit_length() >= 60  # not a counter: the high bits are drawn too
+    w = worker()
+    table.add(OpenSession(ids[0], "t", 0, w, 0.0, 0.0))
+    table.add(OpenSession(ids[1], "t", 0, w, 0.0, 0.0))
+    table.end(ids[1], SampleStatus.COMPLETED, None, reported=True, now=0.0)
+    drawn = iter([0, ids[0], ids[1], 12345])  # zero, an open id, a remembered id, a fresh one
+    monkeypatch.setattr(sessions_module.secrets, "randbits", lambda bits: next(drawn))
+    assert table.new_id() == 12345
 
 
 def test_pick_prefers_most_free_and_skips_full_unroutable_and_excluded():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +19,13 @@ from transformers import AutoTokenizer
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 from verl.workers.rollout.replica import TokenOutput
 
+from agentrl_ext.config import AgentLoopConfig
 from agentrl_ext.env.client import ControllerError, ControllerUnavailable, StartedSample
 from agentrl_ext.env.protocol import InteractResponse, SampleStatus
 from agentrl_ext.rollout import agent_loop as agent_loop_mod
 from agentrl_ext.rollout.agent_loop import AgentRLAgentLoop
 from agentrl_ext.rollout.transcript import parse_hermes_tool_calls
+from agentrl_ext.testing.env_servers import EnvServers, wait_routable
 from agentrl_ext.testing.tiny_model import tiny_model_path
 
 TOOLS = [
@@ -486,3 +489,65 @@ def test_start_sample_that_ends_the_session_drops_sample_on_cpu(tokenizer, monke
     out = _run(_loop(tokenizer, model), controller, monkeypatch)
     _assert_dropped(out, "env_status", "task error", "worker was lost")
     assert model.prompts == [] and controller.cancelled == []  # nothing generated, nothing to cancel
+
+
+# ----------------------------------------------------------------- a real controller, SIGKILLed mid-episode
+
+
+def echo_call(text: str) -> str:
+    return '<tool_call>\n{"name": "echo", "arguments": {"text": "' + text + '"}}\n</tool_call>'
+
+
+def _settings(controller_url: str) -> AgentLoopConfig:
+    return AgentLoopConfig(controller_url=controller_url)
+
+
+class RestartingModel(ScriptedModel):
+    """Scripted turns; before turn ``at`` it runs ``hook`` (here: SIGKILL and restart the controller)."""
+
+    def __init__(self, tokenizer: Any, turns: list[Any], at: int, hook: Any) -> None:
+        super().__init__(tokenizer, turns)
+        self.at, self.hook = at, hook
+
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any]
+    ) -> Any:
+        if len(self.prompts) + 1 == self.at:
+            await self.hook()
+        return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+
+
+def test_controller_sigkilled_mid_episode_drops_that_episode_and_the_next_one_runs_on_cpu(
+    tokenizer, tmp_path
+):
+    """Issue 32 §4: episodes open when the controller dies are counted as failed (env_transport),
+    never an exception out of the agent loop; episodes after its restart run normally."""
+    tests_env = Path(__file__).resolve().parents[1] / "env"
+    with EnvServers(tmp_path, python_path=[tests_env]) as servers:
+        first = servers.controller()
+        servers.worker(first, "probe_tasks:ProbeTask", heartbeat_interval=0.2)
+        wait_routable(first, "probe")
+
+        async def sigkill_and_restart() -> None:
+            first.kill()
+            second = await asyncio.to_thread(servers.controller, port=first.port)
+            await asyncio.to_thread(wait_routable, second, "probe")
+
+        async def episode(model: Any) -> Any:
+            row = {"data_source": "probe", "extra_info": {"sample_index": "echo"}, "global_steps": 9}
+            try:
+                return await _loop(tokenizer, model, controller_url=first.api).run(
+                    {"temperature": 1.0}, **row
+                )
+            finally:  # close this loop's pooled client while its loop runs
+                await agent_loop_mod.controller_client(_settings(first.api)).close()
+
+        model = RestartingModel(tokenizer, [echo_call("a"), echo_call("b")], at=2, hook=sigkill_and_restart)
+        out = asyncio.run(episode(model))
+        _check_turn_fields(out)
+        _assert_dropped(out, "env_transport", "task error", "unknown session_id")
+
+        finish_call = '<tool_call>\n{"name": "finish", "arguments": {"answer": "x"}}\n</tool_call>'
+        out = asyncio.run(episode(ScriptedModel(tokenizer, [echo_call("a"), finish_call])))
+        info = out.extra_fields["agentrl"]
+        assert info["failed"] is False and info["status"] == "completed" and out.reward_score == 1.0

@@ -13,8 +13,17 @@ import time
 
 import pydantic_core
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from agentrl_ext import cli
+from agentrl_ext.env.auth import (
+    CLIENT_SECRET_ENV,
+    WORKER_SECRET_ENV,
+    BearerAuth,
+    ServiceSecrets,
+    load_secret,
+    require_secret_beyond_loopback,
+)
 from agentrl_ext.env.controller.config import ControllerConfig
 from agentrl_ext.env.controller.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from agentrl_ext.env.controller.service import ControllerService
@@ -27,7 +36,16 @@ from agentrl_ext.env.protocol import (
     StartSampleRequest,
 )
 from agentrl_ext.env.serving import serve
-from agentrl_ext.env.web import HttpError, Request, Response, json_app, json_response, parse_json, read_body
+from agentrl_ext.env.web import (
+    MAX_BODY_BYTES,
+    HttpError,
+    Request,
+    Response,
+    json_app,
+    json_response,
+    parse_json,
+    read_body,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +72,36 @@ def session_id_of(request: Request, body: bytes) -> int:
         raise HttpError(400, f"session_id must be an integer, got {raw!r}") from None
 
 
-def create_app(config: ControllerConfig | None = None, service: ControllerService | None = None) -> Starlette:
-    """Build the controller's ASGI app around a :class:`ControllerService` (``app.state.service``)."""
-    svc = service or ControllerService(config)
+START_BODY_LIMIT = 4 * 1024 * 1024
+"""Largest ``start_sample`` body (a custom task's definition rides in it)."""
+INTERACT_BODY_LIMIT = 4 * 1024 * 1024
+"""Largest ``interact`` body: one agent step (a 32k-token answer is ~150 kB of JSON)."""
+HEARTBEAT_BODY_LIMIT = 16 * 1024 * 1024
+"""Largest heartbeat (it lists every sample index of the task)."""
+SMALL_BODY_LIMIT = 64 * 1024
+"""Largest body of a call that carries no more than a session id."""
+
+WORKER_PATHS = frozenset(API_PREFIX + path for path in ("/receive_heartbeat", "/cancel_notice"))
+"""What task workers call; guarded by the worker secret."""
+OPEN_PATHS = frozenset({API_PREFIX + "/health"})
+"""Never guarded: liveness probes."""
+
+
+def create_app(
+    config: ControllerConfig | None = None,
+    service: ControllerService | None = None,
+    secrets: ServiceSecrets | None = None,
+) -> Starlette:
+    """Build the controller's ASGI app around a :class:`ControllerService` (``app.state.service``).
+
+    ``secrets`` guard the worker endpoints (:data:`WORKER_PATHS`) and every other endpoint but
+    :data:`OPEN_PATHS` (see :mod:`agentrl_ext.env.auth`); the worker secret is also sent to workers.
+    """
+    secrets = secrets or ServiceSecrets()
+    svc = service or ControllerService(config, worker_secret=secrets.worker)
+
+    async def body_of(request: Request, limit: int) -> bytes:
+        return await read_body(request, limit, svc.config.body_idle_timeout_s, svc.config.body_timeout_s)
 
     def counted(endpoint: str, error: HttpError) -> HttpError:
         if 400 <= error.status < 500:
@@ -65,7 +110,8 @@ def create_app(config: ControllerConfig | None = None, service: ControllerServic
 
     async def start_sample(request: Request) -> Response:
         try:
-            body = parse_json(await read_body(request), StartSampleRequest, "start_sample")
+            raw = await body_of(request, START_BODY_LIMIT)
+            body = parse_json(raw, StartSampleRequest, "start_sample")
             session_id, answer = await svc.start_sample(body)
         except HttpError as exc:
             raise counted("start_sample", exc) from None
@@ -73,8 +119,14 @@ def create_app(config: ControllerConfig | None = None, service: ControllerServic
 
     async def interact(request: Request) -> Response:
         try:
-            body = await read_body(request)
-            session_id = session_id_of(request, body)
+            if SESSION_ID_HEADER in request.headers:
+                # An unknown session is answered before a byte of the body is read or parsed.
+                session_id = session_id_of(request, b"")
+                svc.check_known(session_id)
+                body = await body_of(request, INTERACT_BODY_LIMIT)
+            else:
+                body = await body_of(request, INTERACT_BODY_LIMIT)
+                session_id = session_id_of(request, body)
             answer = await svc.interact(session_id, parse_json(body, InteractRequest, "interact"))
         except HttpError as exc:
             raise counted("interact", exc) from None
@@ -82,7 +134,7 @@ def create_app(config: ControllerConfig | None = None, service: ControllerServic
 
     async def cancel(request: Request) -> Response:
         try:
-            body = b"" if SESSION_ID_HEADER in request.headers else await read_body(request)
+            body = b"" if SESSION_ID_HEADER in request.headers else await body_of(request, SMALL_BODY_LIMIT)
             answer = await svc.cancel(session_id_of(request, body))
         except HttpError as exc:
             raise counted("cancel", exc) from None
@@ -104,7 +156,7 @@ def create_app(config: ControllerConfig | None = None, service: ControllerServic
         return json_response(svc.list_sessions(request.query_params.get("name")))
 
     async def calculate_overall(request: Request) -> Response:
-        raw = await read_body(request)
+        raw = await body_of(request, MAX_BODY_BYTES)
         body = parse_json(raw, CalculateOverallRequest, "calculate_overall")
         if not body.name:
             raise HttpError(422, "calculate_overall needs the task 'name' in its body")
@@ -112,7 +164,7 @@ def create_app(config: ControllerConfig | None = None, service: ControllerServic
         return Response(answer, status, media_type="application/json")
 
     async def receive_heartbeat(request: Request) -> Response:
-        beat = parse_json(await read_body(request), HeartbeatRequest, "receive_heartbeat")
+        beat = parse_json(await body_of(request, HEARTBEAT_BODY_LIMIT), HeartbeatRequest, "receive_heartbeat")
         return json_response(await svc.receive_heartbeat(beat))
 
     async def cancel_notice(request: Request) -> Response:
@@ -151,6 +203,15 @@ def create_app(config: ControllerConfig | None = None, service: ControllerServic
         + [("GET", "/metrics", metrics)],
         on_startup=[svc.start],
         on_shutdown=[svc.stop],
+        middleware=[
+            Middleware(
+                BearerAuth,
+                rules=[(WORKER_PATHS, secrets.worker, "task workers"), (None, secrets.client, "clients")],
+                open_paths=OPEN_PATHS,
+            )
+        ]
+        if secrets.worker or secrets.client
+        else [],  # no secret: not a layer to pass for every forwarded step
     )
     app.state.service = svc
     return app
@@ -192,6 +253,41 @@ def main(argv: list[str] | None = None) -> None:
         default=defaults.rejoin_grace_s,
         help="seconds after start during which a task without workers gets 503 + Retry-After, not 404",
     )
+    parser.add_argument(
+        "--body-idle-timeout",
+        type=float,
+        default=defaults.body_idle_timeout_s,
+        help="seconds a request body may send nothing before it is answered 408",
+    )
+    parser.add_argument(
+        "--head-timeout",
+        type=float,
+        default=defaults.head_timeout_s,
+        help="seconds a request head (or a silent new connection) may take before it is answered 408",
+    )
+    parser.add_argument(
+        "--shard",
+        type=int,
+        default=0,
+        help="this controller's number (0..shards-1) among several serving one worker fleet",
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="how many controller processes serve the fleet; session ids are shard modulo shards",
+    )
+    parser.add_argument(
+        "--worker-secret-file",
+        default=None,
+        help=f"file holding the secret task workers must send (default: ${WORKER_SECRET_ENV}); "
+        "required when --host is not a loopback address",
+    )
+    parser.add_argument(
+        "--client-secret-file",
+        default=None,
+        help=f"file holding the secret clients must send (default: ${CLIENT_SECRET_ENV}; none: open)",
+    )
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -204,7 +300,18 @@ def main(argv: list[str] | None = None) -> None:
             check_interval_s=args.check_interval,
             worker_request_timeout_s=args.worker_timeout,
             rejoin_grace_s=args.rejoin_grace,
+            body_idle_timeout_s=args.body_idle_timeout,
+            head_timeout_s=args.head_timeout,
+            shard=args.shard,
+            shards=args.shards,
+        )
+        secrets = ServiceSecrets(
+            worker=load_secret(args.worker_secret_file, WORKER_SECRET_ENV),
+            client=load_secret(args.client_secret_file, CLIENT_SECRET_ENV),
+        )
+        require_secret_beyond_loopback(
+            args.host, secrets.worker, "agentrl-controller", "--worker-secret-file", WORKER_SECRET_ENV
         )
     except ValueError as exc:
         parser.error(str(exc))
-    serve(create_app(config), args.host, args.port, args.log_level)
+    serve(create_app(config, secrets=secrets), args.host, args.port, args.log_level, config.head_timeout_s)

@@ -55,9 +55,32 @@ class ControllerConfig:
     (not 404): after a controller restart its workers re-register with their next heartbeat
     (every 8 s). 0 turns it off."""
 
+    body_idle_timeout_s: float = 30.0
+    """A request body that sends no byte for this long is answered 408 and its connection closed."""
+    body_timeout_s: float = 120.0
+    """Longest time one request body may take in all (then 408)."""
+    head_timeout_s: float = 30.0
+    """A request head (or a new connection's first request) not complete after this long: 408, closed."""
+
+    shard: int = 0
+    """This controller's number among ``shards`` controller processes serving one worker fleet:
+    its session ids are ``shard`` modulo ``shards``, so a client (or a proxy) routes a session's
+    calls to ``controllers[session_id % shards]`` without any shared session table."""
+    shards: int = 1
+    """How many controller processes serve the fleet (each worker heartbeats to all of them)."""
+
     def __post_init__(self) -> None:
+        if not (
+            isinstance(self.shard, int) and isinstance(self.shards, int) and 0 <= self.shard < self.shards
+        ):
+            raise ValueError(
+                f"ControllerConfig.shard={self.shard!r} must be an integer in [0, shards={self.shards!r}); "
+                "number the controllers of one fleet 0..shards-1"
+            )
         for item in fields(self):
             value = getattr(self, item.name)
+            if item.name in ("shard", "shards"):
+                continue
             if item.name == "rejoin_grace_s" and isinstance(value, (int, float)) and value == 0:
                 continue
             if not isinstance(value, (int, float)) or value <= 0:

@@ -3,19 +3,42 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from typing import Any
+
+import pydantic_core
 
 from agentrl_ext.env.controller.config import ControllerConfig
 from agentrl_ext.env.controller.metrics import ControllerMetrics
 from agentrl_ext.env.controller.registry import WorkerRecord, WorkerRegistry, normalize_address
 from agentrl_ext.env.controller.upstream import WorkerConnections, WorkerUnreachable
-from agentrl_ext.env.protocol import HeartbeatRequest, SampleIndex, WorkerInfo, error_detail
+from agentrl_ext.env.protocol import (
+    HEARTBEAT_INTERVAL_S,
+    HeartbeatRequest,
+    SampleIndex,
+    WorkerInfo,
+    error_detail,
+)
 from agentrl_ext.env.web import HttpError
 
 logger = logging.getLogger(__name__)
+
+
+REJOIN_RETRY_AFTER_S = 1
+"""``Retry-After`` while workers may still re-register: each can be back at any moment."""
+
+
+def _looks_like_worker_status(body: bytes) -> bool:
+    """Whether ``body`` is a task worker's ``worker_status`` answer (``{"concurrency": n, "current": m}``)."""
+    try:
+        parsed = pydantic_core.from_json(body)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and all(
+        isinstance(parsed.get(key), int) and not isinstance(parsed.get(key), bool)
+        for key in ("concurrency", "current")
+    )
 
 
 class WorkerMembership:
@@ -64,12 +87,21 @@ class WorkerMembership:
         if known is not None and known.name == beat.name and known.healthy:
             self.registry.heartbeat(beat, time.monotonic())
             return {"status": "ok"}
+        if known is not None and known.name != beat.name and known.healthy:
+            # A heartbeat is a claim, not a proof: it never ends another task's live worker.
+            raise HttpError(
+                409,
+                f"address {address} is registered by a live worker of task {known.name!r}; a worker of task "
+                f"{beat.name!r} can take it over only after that one misses its heartbeats for "
+                f"heartbeat_timeout_s={self.config.heartbeat_timeout_s:g}; give each worker its own address",
+            )
         if address in self._joining:
             return {"status": "joining"}
-        if known is not None and known.name != beat.name:
-            self.lost(known, f"its address now serves task {beat.name!r}")
         self._joining[address] = beat.name
         try:
+            await self._confirm_worker(address, beat.name)
+            if known is not None and known.name != beat.name:
+                self.lost(known, f"its address now serves task {beat.name!r}")
             await self._reclaim(address, beat.name)
         finally:
             del self._joining[address]
@@ -79,23 +111,79 @@ class WorkerMembership:
         self.publish(record.name)
         return {"status": "ok"}
 
-    async def _reclaim(self, address: str, name: str) -> None:
-        """``cancel_all`` on a (re)joining worker; a 400 answer if its address cannot be reached."""
+    async def _confirm_worker(self, address: str, name: str) -> None:
+        """Ask the announced address for its ``worker_status`` (a read) before anything is sent to it.
+
+        Only an address that answers like a task worker is reclaimed with ``cancel_all`` and
+        routed to; anything else (nothing listening, another service, the controller itself) gets
+        one 400 answer that does not say which it was (the log does), so that heartbeats cannot be
+        used to probe what answers where.
+        """
+        problem: str | None = None
         try:
             status, body = await self.upstream.request(
-                "POST", address, "/cancel_all", b"{}", self.config.cancel_grace_s
+                "GET", address, "/worker_status", None, self.config.worker_connect_timeout_s
             )
         except WorkerUnreachable as exc:
+            problem = str(exc)
+        else:
+            if status != 200 or not _looks_like_worker_status(body):
+                problem = f"GET worker_status answered HTTP {status}: {error_detail(body, 120)}"
+        if problem is not None:
+            logger.warning("refused the heartbeat of task %r for %s: %s", name, address, problem)
             raise HttpError(
                 400,
-                f"the controller cannot reach the worker of task {name!r} at the address it announces "
-                f"({exc}); announce an address the controller can reach (agentrl-worker: --self, "
+                f"the controller could not confirm a task worker of {name!r} at the address this heartbeat "
+                "announces (it asks GET <address>/worker_status; the controller's log says why); announce "
+                "the address the controller reaches this worker at (agentrl-worker: --self, "
                 "agentrl-task-worker: --self-address)",
+            )
+
+    async def _reclaim(self, address: str, name: str) -> None:
+        """End what a (re)joining, confirmed worker still runs for this controller: ``cancel_all``
+        when this controller is the only one; with several shards, only this shard's sessions
+        (``get_sessions``, then ``cancel`` those whose id is this shard's), since the others'
+        sessions on the same worker are alive."""
+        try:
+            if self.config.shards == 1:
+                status, body = await self.upstream.request(
+                    "POST", address, "/cancel_all", b"{}", self.config.cancel_grace_s
+                )
+            else:
+                status, body = await self._cancel_own_sessions(address)
+        except WorkerUnreachable as exc:
+            logger.warning("reclaiming joining worker %s of task %r failed: %s", address, name, exc)
+            raise HttpError(
+                503,
+                f"the controller could not reclaim the sessions of this worker of task {name!r}; "
+                "it will try again at the next heartbeat",
             ) from None
         if status != 200:
             logger.warning(
-                "worker %s answered cancel_all with HTTP %d: %s", address, status, error_detail(body)
+                "worker %s answered its reclaim with HTTP %d: %s", address, status, error_detail(body)
             )
+
+    async def _cancel_own_sessions(self, address: str) -> tuple[int, bytes]:
+        status, body = await self.upstream.request(
+            "GET", address, "/get_sessions", None, self.config.worker_connect_timeout_s
+        )
+        if status != 200:
+            return status, body
+        listed = pydantic_core.from_json(body)
+        mine = [
+            int(sid)
+            for sid in (listed if isinstance(listed, (dict, list)) else ())
+            if str(sid).isdigit() and int(sid) % self.config.shards == self.config.shard
+        ]
+        for session_id in mine:
+            status, body = await self.upstream.request(
+                "POST",
+                address,
+                "/cancel",
+                pydantic_core.to_json({"session_id": session_id}),
+                self.config.cancel_grace_s,
+            )
+        return 200, b""
 
     def lost(self, worker: WorkerRecord, reason: str) -> None:
         """Mark a worker unhealthy, end its sessions with ``task error`` and abort the calls in flight
@@ -140,13 +228,14 @@ class WorkerMembership:
             )
         waited = time.monotonic() - self.started
         if waited < self.config.rejoin_grace_s:
-            left = math.ceil(self.config.rejoin_grace_s - waited)
+            # Each worker's next heartbeat may come at any moment of its interval (8 s), so a
+            # worker can be back any second now: ask for a retry in one, not at the grace's end.
             raise HttpError(
                 503,
                 f"no worker serves task {name!r} yet: the controller started {waited:.1f}s ago and workers "
-                f"re-register with their next heartbeat (rejoin_grace_s={self.config.rejoin_grace_s:g}); "
-                f"retry in {left}s",
-                {"retry-after": str(left)},
+                f"re-register with their next heartbeat (every {HEARTBEAT_INTERVAL_S:g}s; rejoin_grace_s="
+                f"{self.config.rejoin_grace_s:g}); retry in {REJOIN_RETRY_AFTER_S}s",
+                {"retry-after": str(REJOIN_RETRY_AFTER_S)},
             )
         tasks = self.registry.tasks()
         known = ", ".join(repr(t) for t in tasks) if tasks else "none (no worker has sent a heartbeat yet)"

@@ -5,7 +5,7 @@ registration: workers re-register with their next heartbeat (within 8 s for Agen
 and the controller then sends them ``cancel_all`` to reclaim sessions orphaned by the restart;
 until then (``rejoin_grace_s``) calls naming a task without workers get 503 with ``Retry-After``,
 which clients retry. Clients holding a session id from before the restart get 404 "unknown
-session" (ids keep growing across restarts, so an old id never names a new session) and start a
+session" (ids are 63 random bits, so an old id names no new session) and start a
 new sample.
 
 Calls forwarded to a worker end when it answers, after ``worker_request_timeout_s``, or as soon
@@ -23,6 +23,7 @@ from typing import Any
 import pydantic
 import pydantic_core
 
+from agentrl_ext.env.auth import bearer
 from agentrl_ext.env.controller.config import ControllerConfig
 from agentrl_ext.env.controller.membership import WorkerMembership
 from agentrl_ext.env.controller.metrics import ControllerMetrics
@@ -44,7 +45,7 @@ from agentrl_ext.env.protocol import (
     WorkerInteractResponse,
     error_detail,
 )
-from agentrl_ext.env.web import HttpError
+from agentrl_ext.env.web import HttpError, describe_validation_error
 
 logger = logging.getLogger(__name__)
 
@@ -59,17 +60,35 @@ def _describe_indices(indices: list[SampleIndex]) -> str:
     return f"{indices[0]!r}, {indices[1]!r}, ..., {indices[-1]!r} ({len(indices)} in all)"
 
 
+def _all_refused(request: StartSampleRequest, refusals: list[HttpError]) -> HttpError:
+    """Every worker of the task refused the start: their status if all said the same 4xx, else 502."""
+    statuses = {r.status for r in refusals}
+    status = statuses.pop() if len(statuses) == 1 else 502
+    shown = "; ".join(r.detail for r in refusals[:3])
+    more = f" (and {len(refusals) - 3} more)" if len(refusals) > 3 else ""
+    return HttpError(
+        status,
+        f"every worker of task {request.name!r} that was tried refused start_sample: {shown}{more}",
+    )
+
+
 class ControllerService:
     """The controller's state and request logic, independent of the HTTP layer."""
 
-    def __init__(self, config: ControllerConfig | None = None) -> None:
+    def __init__(self, config: ControllerConfig | None = None, worker_secret: str | None = None) -> None:
         self.config = config or ControllerConfig()
-        self.sessions = SessionTable(self.config.max_unreported_sessions, self.config.max_reported_sessions)
+        self.sessions = SessionTable(
+            self.config.max_unreported_sessions,
+            self.config.max_reported_sessions,
+            self.config.shard,
+            self.config.shards,
+        )
         self.metrics = ControllerMetrics()
         self.upstream = WorkerConnections(
             self.config.max_connections_per_worker,
             self.config.keepalive_timeout_s,
             self.config.worker_connect_timeout_s,
+            headers=bearer(worker_secret),
         )
         self.workers = WorkerMembership(self.config, self.upstream, self.metrics, self._end_sessions_of)
         self.started_at = time.time()
@@ -147,15 +166,23 @@ class ControllerService:
             )
 
     async def start_sample(self, request: StartSampleRequest) -> tuple[int, InteractResponse]:
-        """Start a session on the healthy worker with the most free slots; 406 moves to the next one."""
+        """Start a session on the healthy worker with the most free slots.
+
+        A worker that is full (406), unreachable, refuses (any other error status) or answers
+        with a malformed body does not end the attempt: the next worker is tried, so one bad
+        worker never blocks a task. Only when every worker refused is the refusal passed on.
+        """
         started = time.perf_counter()
         self._check_index(request, self.workers.known_task(request.name))
         tried: set[str] = set()
+        refusals: list[HttpError] = []
         worker_s = 0.0
         try:
             while True:
                 worker = self.workers.registry.pick(request.name, time.monotonic(), tried)
                 if worker is None:
+                    if refusals:
+                        raise _all_refused(request, refusals)
                     raise self.workers.no_capacity(request.name, tried)
                 tried.add(worker.address)
                 t0 = time.perf_counter()
@@ -163,15 +190,18 @@ class ControllerService:
                     opened = await self._start_on(worker, request)
                 finally:
                     worker_s += time.perf_counter() - t0
-                if opened is not None:
+                if isinstance(opened, HttpError):
+                    refusals.append(opened)
+                    self.metrics.start_retry(request.name, "refused")
+                elif opened is not None:
                     return opened
         finally:
             self.metrics.observe("start_sample", time.perf_counter() - started, worker_s)
 
     async def _start_on(
         self, worker: WorkerRecord, request: StartSampleRequest
-    ) -> tuple[int, InteractResponse] | None:
-        """One start attempt on ``worker``; None means: try the next worker."""
+    ) -> tuple[int, InteractResponse] | HttpError | None:
+        """One start attempt on ``worker``; None (full, unreachable) or an HttpError (refused): try the next."""
         session_id = self.sessions.new_id()
         worker.sessions.add(session_id)  # reserve the slot while the worker starts the sample
         payload = pydantic_core.to_json(
@@ -197,12 +227,13 @@ class ControllerService:
             return None
         if status != 200:
             worker.sessions.discard(session_id)
-            raise HttpError(
+            logger.info("worker %s refused start_sample of %r: HTTP %d", worker.address, request.name, status)
+            return HttpError(
                 status if 400 <= status < 500 else 502,
                 f"worker {worker.address} refused start_sample for task {request.name!r} index "
-                f"{request.index!r}: HTTP {status}: {error_detail(body)}",
+                f"{request.index!r}: HTTP {status}: {error_detail(body, 300)[:300]}",
             )
-        return session_id, self._opened(request, worker, session_id, body)
+        return self._opened(request, worker, session_id, body)
 
     def _failed_start(
         self, request: StartSampleRequest, worker: WorkerRecord, session_id: int, reason: str
@@ -216,24 +247,26 @@ class ControllerService:
 
     def _opened(
         self, request: StartSampleRequest, worker: WorkerRecord, session_id: int, body: bytes
-    ) -> InteractResponse:
+    ) -> tuple[int, InteractResponse] | HttpError:
         try:
             answer = EnvOutput.model_validate_json(body).to_interact_response()
         except pydantic.ValidationError as exc:
             worker.sessions.discard(session_id)
             self._spawn(self._cancel_on_worker(worker, session_id))
-            raise HttpError(
-                502, f"worker {worker.address} answered start_sample with a malformed body: {exc}"
-            ) from None
+            return HttpError(
+                502,
+                f"worker {worker.address} answered start_sample with a malformed body: "
+                f"{describe_validation_error(exc, 'its answer')[1]}",
+            )
         now = time.monotonic()
         if not worker.healthy:  # declared lost while the sample was starting
             reason = f"worker {worker.address} of task {request.name!r} was lost while starting the sample"
-            return self._failed_start(request, worker, session_id, reason)
+            return session_id, self._failed_start(request, worker, session_id, reason)
         self.sessions.add(OpenSession(session_id, request.name, request.index, worker, now, now))
         self.metrics.session_started(request.name)
         if answer.finish:
             self._end(session_id, answer.status, answer.error, reported=True, now=now)
-        return answer
+        return session_id, answer
 
     def _ended_answer(self, session_id: int, endpoint: str) -> InteractResponse:
         """Answer for a session that is not open: its final status once, else 404/409."""
@@ -247,6 +280,14 @@ class ControllerService:
             )
         self.sessions.mark_reported(session_id)
         return InteractResponse(finish=True, status=ended.status, error=ended.reason)
+
+    def check_known(self, session_id: int) -> None:
+        """404 (closing the connection: the request body is left unread) for a session that is
+        neither open nor remembered as ended."""
+        if session_id not in self.sessions.open and self.sessions.ended(session_id) is None:
+            error = self._unknown_session(session_id)
+            error.headers = {"connection": "close"}
+            raise error
 
     def _unknown_session(self, session_id: int) -> HttpError:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))

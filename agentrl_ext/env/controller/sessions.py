@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import time
+import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from agentrl_ext.env.controller.registry import WorkerRecord
 from agentrl_ext.env.protocol import SampleIndex, SampleStatus, SessionInfo
+
+SESSION_ID_BITS = 63
+"""Random bits in a session id: every id is a positive signed 64-bit integer."""
 
 
 @dataclass(slots=True, eq=False)
@@ -60,7 +63,7 @@ class EndedSession(NamedTuple):
 class SessionTable:
     """Open sessions ordered by last activity (oldest first), so expiry is O(expired)."""
 
-    def __init__(self, max_unreported: int, max_reported: int) -> None:
+    def __init__(self, max_unreported: int, max_reported: int, shard: int = 0, shards: int = 1) -> None:
         self.open: OrderedDict[int, OpenSession] = OrderedDict()
         # Two bounded records, so that the many normally finished sessions never push out the
         # few whose final status a client has yet to learn (and the GC has less to walk).
@@ -68,15 +71,27 @@ class SessionTable:
         self.reported: OrderedDict[int, EndedSession] = OrderedDict()
         self._max_unreported = max_unreported
         self._max_reported = max_reported
-        # Ids keep growing across restarts (microsecond clock at start-up), so a client holding an
-        # id from before a restart gets "unknown session", never somebody else's new session.
-        # The values stay below 2**53, safe for JSON numbers in any language.
-        self._next_id = int(time.time() * 1_000_000)
+        self._shard, self._shards = shard, shards
 
     def new_id(self) -> int:
-        """A fresh integer session id."""
-        self._next_id += 1
-        return self._next_id
+        """A fresh, unguessable session id: 63 random bits (a positive int64, what AgentRL's
+        clients parse with ``int()``), never one that is open or remembered. With several
+        controller shards the id is also ``shard`` modulo ``shards`` (its lowest bits then carry
+        the shard: log2(shards) bits less to guess).
+
+        Knowing one's own ids tells nothing about another client's (ids used to be consecutive,
+        so any client could interact with or cancel the next one's session); and an id from
+        before a controller restart names no new session (a chance of 2**-63 per pair).
+        """
+        while True:
+            session_id = secrets.randbits(SESSION_ID_BITS)
+            session_id += self._shard - session_id % self._shards
+            if (
+                0 < session_id < 2**SESSION_ID_BITS
+                and session_id not in self.open
+                and self.ended(session_id) is None
+            ):
+                return session_id
 
     def add(self, session: OpenSession) -> None:
         """Register an open session."""

@@ -41,8 +41,14 @@ class WorkerConnections:
     """
 
     def __init__(
-        self, connections_per_worker: int, keepalive_timeout_s: float, connect_timeout_s: float
+        self,
+        connections_per_worker: int,
+        keepalive_timeout_s: float,
+        connect_timeout_s: float,
+        headers: dict[str, str] | None = None,
     ) -> None:
+        self._headers = headers or {}
+        """Sent with every call (the worker secret's ``Authorization``)."""
         self._connections_per_worker = connections_per_worker
         self._keepalive_timeout_s = keepalive_timeout_s
         self._connect_timeout_s = connect_timeout_s
@@ -64,6 +70,7 @@ class WorkerConnections:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 auto_decompress=False,
                 skip_auto_headers=("User-Agent", "Accept-Encoding"),
+                headers=self._headers,
             )
         return self._session
 

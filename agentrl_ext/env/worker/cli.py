@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from agentrl_ext import cli
+from agentrl_ext.env.auth import WORKER_SECRET_ENV, load_secret, require_secret_beyond_loopback
 from agentrl_ext.env.protocol import HEARTBEAT_INTERVAL_S
 from agentrl_ext.env.serving import serve
 from agentrl_ext.env.worker.server import TaskWorker
@@ -35,10 +36,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--task-kwargs", default="{}", help="JSON object of keyword arguments for the task class"
     )
-    cli.add_controller_url(
-        parser,
+    parser.add_argument(
+        "--controller-url",
+        "--controller",
+        dest="controller_url",
+        action="append",
         default=None,
-        help="the controller's API base, e.g. http://127.0.0.1:5020/api (none: stand-alone)",
+        help="the controller's API base, e.g. http://127.0.0.1:5020/api (none: stand-alone); repeat it "
+        "for the controller shards of one fleet (heartbeats go to each)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
     parser.add_argument("--port", type=int, default=5021, help="port to bind")
@@ -54,6 +59,12 @@ def main(argv: list[str] | None = None) -> None:
         default=HEARTBEAT_INTERVAL_S,
         help="seconds between heartbeats",
     )
+    parser.add_argument(
+        "--secret-file",
+        default=None,
+        help=f"file holding the worker secret shared with the controller (default: ${WORKER_SECRET_ENV}); "
+        "required when --host is not a loopback address",
+    )
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -64,6 +75,10 @@ def main(argv: list[str] | None = None) -> None:
         if not isinstance(kwargs, dict):
             raise ValueError(f"--task-kwargs must be a JSON object, got {args.task_kwargs!r}")
         task = load_task(args.task, kwargs)
+        secret = load_secret(args.secret_file, WORKER_SECRET_ENV)
+        require_secret_beyond_loopback(
+            args.host, secret, "agentrl-task-worker", "--secret-file", WORKER_SECRET_ENV
+        )
     except (ValueError, ImportError) as exc:
         parser.error(str(exc))
     self_address = args.self_address
@@ -80,5 +95,6 @@ def main(argv: list[str] | None = None) -> None:
         concurrency=args.concurrency,
         heartbeat_interval_s=args.heartbeat_interval,
         split=kwargs["split"] if isinstance(kwargs.get("split"), str) else None,
+        secret=secret,
     )
     serve(worker.app, args.host, args.port, args.log_level)

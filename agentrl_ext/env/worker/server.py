@@ -13,12 +13,15 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
+from agentrl_ext.env.auth import BearerAuth, bearer
 from agentrl_ext.env.protocol import (
     API_PREFIX,
     CUSTOM_TASK_INDEX,
@@ -75,8 +78,9 @@ class TaskWorker:
 
     Args:
         task: the environment.
-        controller_address: controller API base, e.g. ``http://127.0.0.1:5020/api``; None runs
-            the worker stand-alone (no heartbeats).
+        controller_address: controller API base, e.g. ``http://127.0.0.1:5020/api``, or several
+            (the controller shards of one fleet: heartbeats go to each); None runs the worker
+            stand-alone (no heartbeats).
         self_address: this worker's API base as the controller should reach it, e.g.
             ``http://127.0.0.1:5021/api``; required with a controller.
         concurrency: session limit (default: ``task.concurrency``).
@@ -84,17 +88,20 @@ class TaskWorker:
         cancel_grace_s: how long ``cancel`` waits for the task to finish its cleanup.
         split: the data split the task serves (``train``, ``test``, ...), sent with each
             heartbeat so that dataset builders can refuse a held-out split for training.
+        secret: the worker secret (see :mod:`agentrl_ext.env.auth`): sent with every heartbeat,
+            and required (``Authorization: Bearer``) on every call to this worker's API.
     """
 
     def __init__(
         self,
         task: Task,
-        controller_address: str | None = None,
+        controller_address: str | Sequence[str] | None = None,
         self_address: str | None = None,
         concurrency: int | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         cancel_grace_s: float = 10.0,
         split: str | None = None,
+        secret: str | None = None,
     ) -> None:
         if controller_address and not self_address:
             raise ValueError(
@@ -106,12 +113,14 @@ class TaskWorker:
         if heartbeat_interval_s <= 0:
             raise ValueError(f"heartbeat_interval_s must be positive, got {heartbeat_interval_s}")
         self.task = task
-        self.controller_address = controller_address.rstrip("/") if controller_address else None
+        addresses = [controller_address] if isinstance(controller_address, str) else controller_address or []
+        self.controller_addresses = [address.rstrip("/") for address in addresses if address]
         self.self_address = self_address.rstrip("/") if self_address else None
         self.concurrency = concurrency or task.concurrency
         self.heartbeat_interval_s = heartbeat_interval_s
         self.cancel_grace_s = cancel_grace_s
         self.split = split
+        self._secret = secret
         self.running: dict[int, _Running] = {}
         self.unreported: OrderedDict[int, TurnOutput] = OrderedDict()
         self._heartbeat: asyncio.Task[None] | None = None
@@ -122,8 +131,8 @@ class TaskWorker:
     async def startup(self) -> None:
         """Set up the task and start heartbeats (called by the ASGI lifespan)."""
         await self.task.setup()
-        if self.controller_address:
-            self._heartbeat = asyncio.create_task(self._heartbeat_loop())
+        if self.controller_addresses:
+            self._heartbeat = asyncio.create_task(self._heartbeat_loops())
 
     async def shutdown(self) -> None:
         """Cancel every session, stop heartbeats, tear the task down."""
@@ -133,32 +142,36 @@ class TaskWorker:
         await self._cancel_all("the worker is shutting down")
         await self.task.teardown()
 
-    async def _heartbeat_loop(self) -> None:
-        assert self.controller_address is not None
-        url = self.controller_address + "/receive_heartbeat"
+    async def _heartbeat_loops(self) -> None:
+        async with aiohttp.ClientSession(headers=bearer(self._secret)) as http:
+            await asyncio.gather(
+                *(self._heartbeat_loop(http, address) for address in self.controller_addresses)
+            )
+
+    async def _heartbeat_loop(self, http: aiohttp.ClientSession, controller_address: str) -> None:
+        url = controller_address + "/receive_heartbeat"
         failures = 0
-        async with aiohttp.ClientSession() as http:
-            while True:
-                beat = {
-                    "name": self.task.name,
-                    "address": self.self_address,
-                    "concurrency": self.concurrency,
-                    "indices": list(self.task.get_indices()),
-                }
-                if self.split is not None:
-                    beat["split"] = self.split
-                try:
-                    async with http.post(url, json=beat, timeout=aiohttp.ClientTimeout(total=10)) as response:
-                        if response.status != 200:
-                            raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:300]}")
-                    if failures:
-                        logger.info("heartbeat to %s works again after %d failures", url, failures)
-                    failures = 0
-                except Exception as exc:  # keep beating whatever happens
-                    failures += 1
-                    if failures == 1 or failures % 10 == 0:
-                        logger.warning("heartbeat to %s failed (%d in a row): %s", url, failures, exc)
-                await asyncio.sleep(self.heartbeat_interval_s)
+        while True:
+            beat = {
+                "name": self.task.name,
+                "address": self.self_address,
+                "concurrency": self.concurrency,
+                "indices": list(self.task.get_indices()),
+            }
+            if self.split is not None:
+                beat["split"] = self.split
+            try:
+                async with http.post(url, json=beat, timeout=aiohttp.ClientTimeout(total=10)) as response:
+                    if response.status != 200:
+                        raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:300]}")
+                if failures:
+                    logger.info("heartbeat to %s works again after %d failures", url, failures)
+                failures = 0
+            except Exception as exc:  # keep beating whatever happens
+                failures += 1
+                if failures == 1 or failures % 10 == 0:
+                    logger.warning("heartbeat to %s failed (%d in a row): %s", url, failures, exc)
+            await asyncio.sleep(self.heartbeat_interval_s)
 
     # ------------------------------------------------------------------ sessions
 
@@ -358,4 +371,7 @@ class TaskWorker:
             [(method, API_PREFIX + path, handler) for method, path, handler in routes],
             on_startup=[self.startup],
             on_shutdown=[self.shutdown],
+            middleware=[Middleware(BearerAuth, rules=[(None, self._secret, "its controller")])]
+            if self._secret
+            else [],
         )
