@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,68 @@ def test_feedback_policy_answers_like_agentbench_on_cpu(tmp_path, dbbench_data_d
         assert answer["status"] == "running"
         assert answer["messages"] == [{"role": "tool", "tool_call_id": "call-0", "content": UNKNOWN_TOOL}]
         assert client.commit(session, list(samples[0].label))["reward"] == 1.0
+
+
+# ------------------------------------------------------------- what the agent does to its connection
+
+# (statements, what the last one shows the agent): each ends or breaks the agent's own MariaDB
+# connection or account; none may end the episode as "task error" (which the trainer drops
+# instead of punishing): the agent sees the error and the episode goes on.
+OWN_CONNECTION_ESCAPES = {
+    "kill-connection": (["KILL CONNECTION_ID()"], "1927: Connection was killed"),
+    "grant-to-self": (["GRANT ALL PRIVILEGES ON *.* TO CURRENT_USER()"], "1045: Access denied for user"),
+    "idle-past-wait-timeout": (["SET SESSION wait_timeout = 1", "IDLE", "SELECT 1"], "[(1,)]"),
+    "password-then-kill": (
+        ["SET PASSWORD = PASSWORD('changed')", "KILL CONNECTION_ID()", "SELECT 1"],
+        "[(1,)]",
+    ),
+    "drop-own-database-then-kill": (["DROP DATABASE `OWN`", "KILL CONNECTION_ID()", "SELECT 1"], "[(1,)]"),
+    "lift-statement-time-limit": (
+        ["SET SESSION max_statement_time = 0", ENDLESS["mariadb"]],
+        "Error: SQL execution timed out.",
+    ),
+}
+
+
+@pytest.mark.parametrize("escape", list(OWN_CONNECTION_ESCAPES))
+def test_what_the_agent_does_to_its_own_connection_is_not_a_task_error_on_cpu(
+    dbbench, dbbench_data_dir, escape
+):
+    backend, client, _ = dbbench
+    if backend != "mariadb":
+        pytest.skip("a MariaDB connection")
+    statements, shown = OWN_CONNECTION_ESCAPES[escape]
+    session, _ = client.start(0)
+    own = client.sql(session, "SELECT DATABASE()")["messages"][0]["content"]  # [('dbbench_...',)]
+    answer: dict[str, Any] = {}
+    for statement in statements:
+        if statement == "IDLE":  # longer than the wait_timeout the agent set: the server hangs up
+            time.sleep(3)
+            continue
+        answer = client.sql(session, statement.replace("OWN", own[3:-4]))
+        assert (answer["finish"], answer["status"]) == (False, "running"), (escape, statement, answer)
+    assert answer["messages"][0]["content"].startswith(shown), (escape, answer)
+    # the agent goes on and answers: scored like any episode (sample 0 is a question: the label wins)
+    assert client.sql(session, "SELECT 1")["messages"][0]["content"] == "[(1,)]"
+    label = list(load_split("standard", dbbench_data_dir)[1][0].label)
+    done = client.commit(session, label)
+    assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 1.0), (escape, done)
+
+
+def test_a_modification_survives_the_agent_ending_its_connection_before_the_commit_on_cpu(
+    dbbench, dbbench_data_dir
+):
+    backend, client, _ = dbbench
+    if backend != "mariadb":
+        pytest.skip("a MariaDB connection")
+    index = first_of_each_type(dbbench_data_dir)["INSERT"]
+    sample = load_split("standard", dbbench_data_dir)[1][index]
+    session, _ = client.start(index)
+    client.sql(session, sample.gold_sql)
+    client.sql(session, "SET SESSION wait_timeout = 1")
+    time.sleep(3)  # the server hangs up on the idle connection; the tables are hashed all the same
+    done = client.commit(session, ["done"])
+    assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 1.0), done
 
 
 # ------------------------------------------------------------------------------ a killed server
