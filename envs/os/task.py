@@ -44,6 +44,7 @@ from agentrl_ext.env.worker.actions import AgentAction, ToolCall, parse_action
 from . import prompts
 from .data import OSSample, load_split
 from .shell import SHELL_DIR, Shell, run_script
+from .trusted import TrustedTools, prepare_trusted_tools
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ class OSTask(Task):
         self.provider: ResourceProvider | None = None
         self.isolated = True
         self._specs: dict[str, ResourceSpec] = {}
+        self._trusted: dict[str, TrustedTools] = {}
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -172,7 +174,7 @@ class OSTask(Task):
             import docker
             import docker.errors
 
-            from agentrl_ext.env.providers.docker import DockerProvider
+            from agentrl_ext.env.providers.docker import LABEL_MANAGED, LABEL_TASK, DockerProvider
 
             client = docker.from_env()
             client.ping()
@@ -189,7 +191,6 @@ class OSTask(Task):
         for subtype, image in self.images.items():
             try:
                 client.images.get(image)
-                self._specs[subtype] = _with_image(self.spec, image)
             except docker.errors.ImageNotFound:
                 if subtype == "default":
                     raise RuntimeError(
@@ -204,6 +205,12 @@ class OSTask(Task):
                     subtype,
                     self.images["default"],
                 )
+                continue
+            trusted = prepare_trusted_tools(client, image, {LABEL_MANAGED: "true", LABEL_TASK: self.name})
+            self._trusted[subtype] = trusted
+            self._specs[subtype] = dataclasses.replace(
+                self.spec, image=image, read_only_volumes=trusted.mounts
+            )
         return provider
 
     async def teardown(self) -> None:
@@ -240,17 +247,18 @@ class OSTask(Task):
         sample = self.samples[position]
         async with self.sandbox(sample, session.id) as (box, shell):
             for number, script in enumerate(sample.init):
-                init = await run_script(box, script, [], self.script_timeout_s, None)
-                if init.exit_code != 0:  # AgentBench: status unknown
+                init = await run_script(
+                    box, script, [], self.script_timeout_s, None, self._trusted_tools(sample)
+                )
+                if init.exit_code != 0:  # AgentBench: status unknown; the reason goes with it
+                    reason = f"init script {number} failed with exit code {init.exit_code}" + (
+                        f": {init.output[-500:]}" if init.output.strip() else " (its stdout was empty)"
+                    )
                     return SampleResult(
                         SampleStatus.UNKNOWN,
                         reward=0.0,
-                        result={
-                            "result": False,
-                            "index": position,
-                            "error": f"init script {number} failed with exit code {init.exit_code}: "
-                            f"{init.output[-500:]}",
-                        },
+                        result={"result": False, "index": position, "error": reason},
+                        error=reason,
                     )
             if sample.start is not None:
                 await shell.run(sample.start.code)  # AgentBench ignores its outcome
@@ -356,11 +364,20 @@ class OSTask(Task):
         for script in sample.check:
             script = script if script is not None else sample.example
             assert script is not None  # data.parse_sample guarantees an example for null steps
-            result = await run_script(box, script, params, self.script_timeout_s, None)
+            result = await run_script(
+                box, script, params, self.script_timeout_s, None, self._trusted_tools(sample)
+            )
             if result.exit_code != 0:
                 return False
             params.append(result.output)
         return True
+
+    def _trusted_tools(self, sample: OSSample) -> TrustedTools | None:
+        """The interpreters the task's scripts run with: the trusted tools of the sample's image
+        (None on the local provider, which has no volumes)."""
+        if not self.isolated or not self._trusted:
+            return None
+        return self._trusted.get(sample.image, self._trusted["default"])
 
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus AgentBench's ``overall`` (total, pass, wrong, acc)."""
@@ -383,10 +400,6 @@ def match_answer(answer: Any, match: dict[str, Any]) -> bool:
     if "regex" in match:
         return isinstance(answer, str) and re.search(match["regex"], answer) is not None
     return False
-
-
-def _with_image(spec: ResourceSpec, image: str) -> ResourceSpec:
-    return dataclasses.replace(spec, image=image)
 
 
 def first_call_problem(action: AgentAction) -> InvalidAction | None:

@@ -102,6 +102,41 @@ def test_example_solutions_score_1_and_wrong_answers_0(os_worker, os_data_dir):
         assert (wrong["finish"], wrong["status"], wrong["reward"]) == (True, "completed", 0.0), (index, wrong)
 
 
+# The reward hack: replace every copy of an interpreter the check scripts use with `exit 0`
+# (unlinked first: a running program cannot be written over), then answer anything.
+def replace_with_exit_0(*programs: str) -> str:
+    return (
+        f"for p in /usr/local/bin/python3 $(type -aP {' '.join(programs)} | sort -u); do "
+        "rm -f \"$p\"; printf '#!/bin/sh\\nexit 0\\n' > \"$p\"; chmod 755 \"$p\"; done; "
+        f"{programs[0]} -c 'exit 3'; echo replaced:$?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("index", "programs"),
+    [(0, ("python3", "python3.11")), (11, ("bash", "timeout"))],
+    ids=["python-check", "bash-check"],
+)
+def test_replacing_the_check_interpreter_with_exit_0_scores_0(os_worker, os_data_dir, index, programs):
+    client, _ = os_worker
+    item = raw_test_problems(os_data_dir)[index][0]
+    language = "python" if "python" in json.dumps(item["evaluation"]["check"]) else "bash"
+    assert language == ("python" if programs[0] == "python3" else "bash")  # the data still checks so
+    session, _ = client.start(index)
+    hacked = client.bash(session, replace_with_exit_0(*programs))
+    assert "replaced:0" in shown_output(hacked), hacked  # the container's own interpreter now passes all
+    wrong = client.answer(session, "certainly-not-the-answer")
+    assert (wrong["finish"], wrong["status"], wrong["reward"]) == (True, "completed", 0.0), wrong
+
+
+@pytest.mark.parametrize("index", [26, 55])
+def test_a_failed_init_script_ends_unknown_with_the_reason(os_worker, index):
+    client, _ = os_worker
+    _, opening = client.start(index)
+    assert (opening["finish"], opening["status"], opening["reward"]) == (True, "unknown", 0.0), opening
+    assert (opening.get("error") or "").startswith("init script 0 failed with exit code "), opening
+
+
 def test_shell_state_carries_over_and_long_output_is_cut(os_worker):
     client, _ = os_worker
     session, _ = client.start(0)
