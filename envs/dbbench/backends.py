@@ -4,7 +4,10 @@ Each episode gets a fresh database holding only its own tables, loaded as AgentB
 (every column ``TEXT``, every value ``str(v)``), and dropped at the end.
 
 - :class:`SQLiteBackend`: an in-memory SQLite database per episode; no server. The agent's SQL is
-  MySQL-flavoured (the prompt says MySQL), so some statements fail here that MySQL would run.
+  MySQL-flavoured (the prompt says MySQL), so some statements fail here that MySQL would run. It
+  runs in the worker process, so SQLite's authorizer denies it every way to the host's files:
+  ``ATTACH`` of a file and ``VACUUM INTO`` a file, ``load_extension()``, and the pragmas that
+  name a folder (:func:`deny_file_access`): they fail with ``not authorized``.
 - :class:`MariaDBBackend`: a database *and a user allowed only that database* per episode on one
   MariaDB server (the agent cannot see or drop other episodes' data). Sessions run with
   ``sql_mode='NO_ENGINE_SUBSTITUTION'`` (non-strict, as the ``answer_md5`` values need: with
@@ -162,6 +165,30 @@ def _sqlite_md5(value: Any) -> str | None:
     return None if value is None else hashlib.md5(str(value).encode("utf-8")).hexdigest()
 
 
+_IN_MEMORY_ATTACH = ("", ":memory:")  # ATTACH of a temporary or in-memory database; plain VACUUM
+_DENIED_FUNCTIONS = {"load_extension", "fts3_tokenizer"}
+_DENIED_PRAGMAS = {"temp_store_directory", "data_store_directory"}
+
+
+def deny_file_access(
+    action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None
+) -> int:
+    """SQLite authorizer of the agent's SQL: no file on the host may be opened, written or loaded.
+
+    ``ATTACH 'path'`` and ``VACUUM INTO 'path'`` (which SQLite authorizes as an ATTACH of
+    ``path``) create or open files; ``load_extension()`` loads a shared library; the directory
+    pragmas move temporary files. Everything else the agent's SQL does stays in its in-memory
+    database.
+    """
+    if action == sqlite3.SQLITE_ATTACH and (arg1 or "") not in _IN_MEMORY_ATTACH:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _DENIED_PRAGMAS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
 class SQLiteEpisode(EpisodeDatabase):
     """An in-memory SQLite database."""
 
@@ -173,6 +200,7 @@ class SQLiteEpisode(EpisodeDatabase):
         self.conn.create_function("md5", 1, _sqlite_md5, deterministic=True)
         # Interrupts a statement past its deadline (checked every 10k VM instructions).
         self.conn.set_progress_handler(lambda: int(time.monotonic() > self._deadline), 10_000)
+        self.conn.set_authorizer(deny_file_access)  # the agent's SQL runs in the worker process
 
     def load(self, tables: Sequence[Table]) -> None:
         for table in tables:

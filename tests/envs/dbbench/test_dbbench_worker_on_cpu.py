@@ -272,6 +272,37 @@ def test_a_modification_survives_the_agent_ending_its_connection_before_the_comm
     assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 1.0), done
 
 
+# ------------------------------------------------------------------------ no file on the host
+
+
+def test_sqlite_sql_cannot_touch_the_hosts_files_on_cpu(dbbench, tmp_path):
+    backend, client, _ = dbbench
+    if backend != "sqlite":
+        pytest.skip("the SQLite backend runs the agent's SQL in the worker process")
+    target = tmp_path / "written-by-the-agent"
+    target.mkdir()
+    # (the attack, SQLite's refusal as the agent sees it)
+    attacks = [
+        (f"ATTACH DATABASE '{target / 'attached.db'}' AS stolen", "not authorized"),
+        (f"VACUUM INTO '{target / 'copy.db'}'", "authorization denied"),
+        (
+            "SELECT load_extension('/usr/lib/x86_64-linux-gnu/libc.so.6')",
+            "not authorized to use function: load_extension",
+        ),
+        (f"PRAGMA temp_store_directory = '{target}'", "not authorized"),
+    ]
+    session, _ = client.start(0)
+    for attack, refusal in attacks:
+        answer = client.sql(session, attack)
+        assert answer["status"] == "running", (attack, answer)
+        assert answer["messages"][0]["content"] == f"SQLite execution error: {refusal}", (attack, answer)
+    assert list(target.iterdir()) == []
+    # what stays in the episode's memory still works: a temporary database, a plain VACUUM
+    assert client.sql(session, "ATTACH DATABASE ':memory:' AS scratch")["messages"][0]["content"] == "[]"
+    assert client.sql(session, "VACUUM")["messages"][0]["content"] == "[]"
+    assert client.commit(session, ["x"])["status"] == "completed"
+
+
 # ------------------------------------------------------------------------------ a killed server
 
 
