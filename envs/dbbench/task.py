@@ -8,10 +8,10 @@ memory, or a database and user of its own on a MariaDB server). Scoring as Agent
 tables' hash against ``answer_md5``. Reward 1 or 0.
 
 Statuses: ``completed`` after a commit (reward 1/0); ``task limit reached`` after ``max_round``
-steps without one (reward 0). Invalid steps, with ``on_invalid_action="end"`` (default, the
-SDK's policy): no tool call, or arguments that are not a JSON object or lack a value ->
+steps without one (reward 0). Invalid steps, with ``on_invalid_action="end"`` (for RL
+recipes that want it): no tool call, or arguments that are not a JSON object or lack a value ->
 ``agent validation failed``; an unknown tool -> ``agent invalid action``. With
-``on_invalid_action="feedback"`` (AgentBench's own DBBench behaviour) the agent gets AgentBench's
+``on_invalid_action="feedback"`` (the default: AgentBench-FC's own DBBench behaviour) the agent gets AgentBench's
 error message instead and the step counts as a round. A database that fails (server down) ->
 ``task error``; the worker keeps serving.
 
@@ -53,7 +53,9 @@ class DBBenchTask(Task):
             or ``mysql://USER:PASSWORD@127.0.0.1:3306``.
         max_round: agent steps per episode (AgentBench-FC: 15).
         statement_timeout_s: limit on one SQL statement (AgentBench: 60 s).
-        on_invalid_action: ``end`` or ``feedback`` (see the module docstring).
+        on_invalid_action: ``feedback`` (default: AgentBench-FC's rule, its message and the
+            step counts against the round limit) or ``end`` (the step ends the episode; for RL
+            recipes that want it); see the module docstring. ``calculate_overall`` records it.
         limit: serve only the first ``limit`` samples (smoke tests).
     """
 
@@ -69,7 +71,7 @@ class DBBenchTask(Task):
         mariadb_url: str | None = None,
         max_round: int = 15,
         statement_timeout_s: float = 60.0,
-        on_invalid_action: str = "end",
+        on_invalid_action: str = "feedback",
         limit: int | None = None,
         **overrides: Any,
     ) -> None:
@@ -238,6 +240,7 @@ class DBBenchTask(Task):
         total = sum(c["total"] for c in by_type.values())
         overall["accuracy"] = sum(c["correct"] for c in by_type.values()) / total if total else 0.0
         overall["accuracy_by_type"] = {k: c["correct"] / c["total"] for k, c in sorted(by_type.items())}
+        overall["invalid_action_rule"] = self.on_invalid_action
         return overall
 
 

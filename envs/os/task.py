@@ -10,10 +10,10 @@ a regex; ``check`` runs the check scripts in the container with the answer as ar
 ``null`` step running the example solution, whose output the next script gets. Reward 1 or 0.
 
 Statuses: ``completed`` after an answer or finish (reward 1/0); ``task limit reached`` after
-``round_limit`` steps without one. Invalid steps with ``on_invalid_action="end"`` (default): no
+``round_limit`` steps without one. Invalid steps with ``on_invalid_action="end"`` (for RL recipes): no
 tool call, arguments that are not a JSON object, ``bash_action``/``answer_action`` without an
 argument -> ``agent validation failed``; an unknown tool -> ``agent invalid action``. With
-``"feedback"`` (AgentBench's own behaviour) the agent gets AgentBench's message and the step
+``"feedback"`` (the default: AgentBench-FC's own behaviour) the agent gets AgentBench's message and the step
 counts. An init script that fails -> ``unknown`` (as AgentBench); the container or the engine
 failing (e.g. the container is killed) -> ``task error``. The container is removed when the
 episode ends, however it ends; containers of a worker that was killed are removed when a worker
@@ -79,7 +79,9 @@ class OSTask(Task):
         script_timeout_s: limit of one init, check or example script (AgentBench: 30 s).
         on_timeout: ``feedback`` (default: the output so far and a note go to the agent) or
             ``task_error`` (AgentBench-FC's outcome: its shell read times out and the sample fails).
-        on_invalid_action: ``end`` or ``feedback`` (see the module docstring).
+        on_invalid_action: ``feedback`` (default: AgentBench-FC's rule, its message and the
+            step counts against the round limit) or ``end`` (the step ends the episode; for RL
+            recipes that want it); see the module docstring. ``calculate_overall`` records it.
         limit: serve only the first ``limit`` samples (smoke tests).
     """
 
@@ -101,7 +103,7 @@ class OSTask(Task):
         command_timeout_s: float = 30.0,
         script_timeout_s: float = 30.0,
         on_timeout: str = "feedback",
-        on_invalid_action: str = "end",
+        on_invalid_action: str = "feedback",
         limit: int | None = None,
         **overrides: Any,
     ) -> None:
@@ -384,6 +386,7 @@ class OSTask(Task):
         summary = super().calculate_overall(results)
         passed = sum(1 for r in results if isinstance(r.result, dict) and r.result.get("result"))
         total = len(results)
+        summary["invalid_action_rule"] = self.on_invalid_action
         summary["overall"] = {
             "total": total,
             "pass": passed,

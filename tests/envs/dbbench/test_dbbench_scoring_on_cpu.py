@@ -124,3 +124,10 @@ def test_task_settings_are_checked_on_cpu(dbbench_data_dir):
         "127.0.0.1", 3307, None, "root", "pw"
     )
     assert DBBenchTask(data_dir=dbbench_data_dir).backend_name == "sqlite"
+
+
+def test_the_evaluation_output_records_the_invalid_action_rule_on_cpu(dbbench_data_dir):
+    default = DBBenchTask(data_dir=dbbench_data_dir, backend="sqlite", limit=1)
+    assert default.calculate_overall([])["invalid_action_rule"] == "feedback"  # AgentBench-FC's rule
+    strict = DBBenchTask(data_dir=dbbench_data_dir, backend="sqlite", limit=1, on_invalid_action="end")
+    assert strict.calculate_overall([])["invalid_action_rule"] == "end"

@@ -20,7 +20,7 @@ from dbbench_helpers import DBBENCH_TASK, RawClient, call, start_private_mariadb
 from agentrl_ext.testing.env_servers import EnvServers, list_workers, wait_until
 from envs.dbbench.backends import ServerAddress
 from envs.dbbench.data import load_split
-from envs.dbbench.prompts import NO_TOOL_CALL, SYSTEM_PROMPT, TOOLS, UNKNOWN_TOOL
+from envs.dbbench.prompts import SYSTEM_PROMPT, TOOLS
 
 STATEMENT_TIMEOUT_S = 2.0
 # a statement that runs until the statement timeout stops it
@@ -46,6 +46,7 @@ def dbbench(request, tmp_path_factory, dbbench_data_dir) -> Iterator[tuple[str, 
         "data_dir": str(dbbench_data_dir),
         "backend": backend,
         "statement_timeout_s": STATEMENT_TIMEOUT_S,
+        "on_invalid_action": "end",
     }
     if backend == "mariadb":
         kwargs["mariadb_url"] = request.getfixturevalue("mariadb_server").url
@@ -191,8 +192,8 @@ def test_worker_is_healthy_after_everything_on_cpu(dbbench):
 # ------------------------------------------------------------------------------------ feedback
 
 
-def test_feedback_policy_answers_like_agentbench_on_cpu(tmp_path, dbbench_data_dir):
-    kwargs = {"data_dir": str(dbbench_data_dir), "backend": "sqlite", "on_invalid_action": "feedback"}
+def test_default_rule_answers_like_agentbench_fc_and_counts_rounds_on_cpu(tmp_path, dbbench_data_dir):
+    kwargs = {"data_dir": str(dbbench_data_dir), "backend": "sqlite"}  # the default rule, AgentBench-FC's
     with EnvServers(tmp_path) as servers:
         controller = servers.controller()
         servers.worker(controller, DBBENCH_TASK, task_kwargs=kwargs)
@@ -202,12 +203,24 @@ def test_feedback_policy_answers_like_agentbench_on_cpu(tmp_path, dbbench_data_d
         session, _ = client.start(0)
         answer = client.step(session, content="Let me think.")
         assert answer["status"] == "running" and answer["messages"] == [
-            {"role": "user", "content": NO_TOOL_CALL}
+            {"role": "user", "content": "Internal error: No tool calls found despite finish reason."}
         ]
         answer = client.step(session, call("drop_everything", {"x": 1}))
         assert answer["status"] == "running"
-        assert answer["messages"] == [{"role": "tool", "tool_call_id": "call-0", "content": UNKNOWN_TOOL}]
+        assert answer["messages"] == [
+            {
+                "role": "tool",
+                "tool_call_id": "call-0",
+                "content": "Invalid function call. Please call a tool instead.",
+            }
+        ]
         assert client.commit(session, list(samples[0].label))["reward"] == 1.0
+        # each turn without a tool call counts against the 15-round limit
+        session, _ = client.start(0)
+        for _ in range(14):
+            assert client.step(session, content="Let me think.")["status"] == "running"
+        last = client.step(session, content="Let me think.")
+        assert (last["finish"], last["status"], last["reward"]) == (True, "task limit reached", 0.0), last
 
 
 # ------------------------------------------------------------- what the agent does to its connection

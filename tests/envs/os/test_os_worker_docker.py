@@ -53,7 +53,7 @@ def sampled_indices(items: list[tuple[dict[str, Any], Path]]) -> list[int]:
 
 @pytest.fixture(scope="module")
 def os_worker(tmp_path_factory, os_data_dir, os_docker_host) -> Iterator[tuple[RawClient, EnvServers]]:
-    kwargs = {"data_dir": str(os_data_dir), "command_timeout_s": TIMEOUT_S}
+    kwargs = {"data_dir": str(os_data_dir), "command_timeout_s": TIMEOUT_S, "on_invalid_action": "end"}
     with EnvServers(tmp_path_factory.mktemp("os")) as servers:
         controller = servers.controller()
         servers.worker(controller, OS_TASK, name="os", task_kwargs=kwargs)
@@ -107,7 +107,7 @@ def test_example_solutions_score_1_and_wrong_answers_0(os_worker, os_data_dir):
 def replace_with_exit_0(*programs: str) -> str:
     return (
         f"for p in /usr/local/bin/python3 $(type -aP {' '.join(programs)} | sort -u); do "
-        "rm -f \"$p\"; printf '#!/bin/sh\\nexit 0\\n' > \"$p\"; chmod 755 \"$p\"; done; "
+        'rm -f "$p"; printf \'#!/bin/sh\\nexit 0\\n\' > "$p"; chmod 755 "$p"; done; '
         f"{programs[0]} -c 'exit 3'; echo replaced:$?"
     )
 
@@ -247,8 +247,8 @@ def test_containers_of_a_killed_worker_are_swept_when_a_worker_starts(tmp_path, 
         assert containers(engine, session) == []  # swept during the new worker's setup
 
 
-def test_feedback_policy_answers_like_agentbench(tmp_path, os_data_dir, os_docker_host):
-    kwargs = {"data_dir": str(os_data_dir), "on_invalid_action": "feedback"}
+def test_default_rule_answers_like_agentbench_fc_and_counts_rounds(tmp_path, os_data_dir, os_docker_host):
+    kwargs = {"data_dir": str(os_data_dir)}  # the default rule, AgentBench-FC's
     with EnvServers(tmp_path) as servers:
         controller = servers.controller()
         servers.worker(controller, OS_TASK, task_kwargs=kwargs)
@@ -268,3 +268,9 @@ def test_feedback_policy_answers_like_agentbench(tmp_path, os_data_dir, os_docke
             }
         ]
         assert client.finish(session)["status"] == "completed"
+        # each turn without a tool call counts against the 8-round limit
+        session, _ = client.start(0)
+        for _ in range(7):
+            assert client.step(session, content="ls")["status"] == "running"
+        last = client.step(session, content="ls")
+        assert (last["finish"], last["status"], last["reward"]) == (True, "task limit reached", 0.0), last
