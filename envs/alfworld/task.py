@@ -200,6 +200,11 @@ class ALFWorldTask(Task):
             )
         return SampleStatus.AGENT_INVALID_ACTION, prompts.BAD_TOOL_CALL
 
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it: ``alfworld-std`` on AgentBench's new_std."""
+        return "alfworld-std" if self.split.name == "new_std" else f"alfworld-{self.split.name}"
+
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus AgentBench's ``overall`` (total, pass, wrong, success_rate) and per task type."""
         overall = super().calculate_overall(results)
@@ -219,4 +224,5 @@ class ALFWorldTask(Task):
         }
         overall["success_rate_by_type"] = {k: c["pass"] / c["total"] for k, c in sorted(by_type.items())}
         overall["invalid_action_rule"] = self.on_invalid_action
+        overall["benchmark"] = self.benchmark
         return overall

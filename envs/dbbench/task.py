@@ -45,8 +45,8 @@ class DBBenchTask(Task):
     """AgentBench-FC DBBench.
 
     Args:
-        split: ``standard`` (300, evaluation), ``dev`` (60) or ``train`` (``db_out_new.jsonl``;
-            falls back to ``dev`` with a warning when not installed).
+        split: ``standard`` (300, evaluation, ``dbbench-std``), ``dev`` (60) or ``train``
+            (``db_out_new.jsonl``; a DataError naming the fix when not installed).
         data_dir: the data directory (default: ``$AGENTRL_DATA_DIR`` or the XDG default).
         backend: ``sqlite``, ``mariadb``, or ``auto`` (MariaDB when ``mariadb_url`` is set).
         mariadb_url: administrator address of the MariaDB server, ``unix:///path/mysqld.sock``
@@ -228,6 +228,11 @@ class DBBenchTask(Task):
         finally:
             await scratch.close()
 
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it: ``dbbench-std`` on AgentBench's test split."""
+        return "dbbench-std" if self.split == "standard" else f"dbbench-{self.split}"
+
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus accuracy, overall and per SQL type."""
         overall = super().calculate_overall(results)
@@ -241,6 +246,7 @@ class DBBenchTask(Task):
         overall["accuracy"] = sum(c["correct"] for c in by_type.values()) / total if total else 0.0
         overall["accuracy_by_type"] = {k: c["correct"] / c["total"] for k, c in sorted(by_type.items())}
         overall["invalid_action_rule"] = self.on_invalid_action
+        overall["benchmark"] = self.benchmark
         return overall
 
 

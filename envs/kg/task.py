@@ -243,6 +243,14 @@ class KGTask(Task):
             },
         )
 
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it. ``kg-offline``: the offline graph, which
+        is not AgentBench's ``kg-std`` (Freebase); ``kg-std`` only with ``source="agentbench"``."""
+        if self.source == "agentbench":
+            return "kg-std" if self.split in ("std", "test") else f"kg-{self.split}"
+        return "kg-offline" if self.split == "test" else f"kg-offline-{self.split}"
+
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus accuracy and mean F1, overall and per question template."""
         overall = super().calculate_overall(results)
@@ -259,6 +267,7 @@ class KGTask(Task):
             name: sum(c for c, _ in items) / len(items) for name, items in sorted(by_template.items())
         }
         overall["invalid_action_rule"] = self.on_invalid_action
+        overall["benchmark"] = self.benchmark
         return overall
 
 

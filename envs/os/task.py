@@ -381,12 +381,18 @@ class OSTask(Task):
             return None
         return self._trusted.get(sample.image, self._trusted["default"])
 
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it: ``os-std`` on AgentBench's test split."""
+        return "os-std" if self.split == "test" else f"os-{self.split}"
+
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus AgentBench's ``overall`` (total, pass, wrong, acc)."""
         summary = super().calculate_overall(results)
         passed = sum(1 for r in results if isinstance(r.result, dict) and r.result.get("result"))
         total = len(results)
         summary["invalid_action_rule"] = self.on_invalid_action
+        summary["benchmark"] = self.benchmark
         summary["overall"] = {
             "total": total,
             "pass": passed,

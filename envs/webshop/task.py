@@ -195,6 +195,12 @@ class WebShopTask(Task):
             },
         )
 
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it: ``webshop-offline`` (the 1,000-product
+        catalogue, mostly synthetic goals, BM25), which is not AgentBench's ``webshop-std``."""
+        return "webshop-offline" if self.split == "test" else f"webshop-offline-{self.split}"
+
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus AgentBench's mean ``reward`` and the share scoring 1."""
         overall = super().calculate_overall(results)
@@ -204,4 +210,5 @@ class WebShopTask(Task):
         kinds = Counter(str(r.result.get("kind")) for r in results if isinstance(r.result, dict))
         overall["goals_by_kind"] = dict(kinds)
         overall["invalid_action_rule"] = self.on_invalid_action
+        overall["benchmark"] = self.benchmark
         return overall
