@@ -14,9 +14,9 @@ rule follows AgentBench's ALFWorld task (see :mod:`.prompts` and :mod:`.actions`
 - the game won -> ``completed``, reward 1; ``max_step`` steps without winning ->
   ``task limit reached``, reward 0.
 
-Invalid steps, with ``on_invalid_action="end"`` (default, the SDK's policy): no tool call,
+Invalid steps, with ``on_invalid_action="end"`` (for RL recipes that want it): no tool call,
 arguments that are not a JSON object, or no string argument -> ``agent validation failed``; an
-unknown tool -> ``agent invalid action``. With ``on_invalid_action="feedback"`` (AgentBench's own
+unknown tool -> ``agent invalid action``. With ``on_invalid_action="feedback"`` (the default: AgentBench-FC's own
 behaviour) the agent gets AgentBench's message instead, the step counts, any tool name is
 accepted, and, as in AgentBench, the episode's final status stays the last such problem's status
 (``agent validation failed`` / ``agent invalid action``) even if the game is won later; the
@@ -59,7 +59,9 @@ class ALFWorldTask(Task):
             ``standard`` (50) or ``train`` (AgentBench's ``train_valid``: the 2,714 vendored games).
         data_dir: the data directory (default: ``$AGENTRL_DATA_DIR`` or the XDG default).
         max_step: agent steps per episode (AgentBench-FC: 20).
-        on_invalid_action: ``end`` or ``feedback`` (see the module docstring).
+        on_invalid_action: ``feedback`` (default: AgentBench-FC's rule, its message and the
+            step counts against the round limit) or ``end`` (the step ends the episode; for RL
+            recipes that want it); see the module docstring. ``calculate_overall`` records it.
         fuzzy_match: map a non-admissible command to the closest admissible one by BLEU, as
             AgentBench does (``False``: only exact commands and the put/move wording).
         limit: serve only the first ``limit`` games (smoke tests).
@@ -75,7 +77,7 @@ class ALFWorldTask(Task):
         split: str = "new_std",
         data_dir: str | Path | None = None,
         max_step: int = 20,
-        on_invalid_action: str = "end",
+        on_invalid_action: str = "feedback",
         fuzzy_match: bool = True,
         limit: int | None = None,
         **overrides: Any,
@@ -198,6 +200,11 @@ class ALFWorldTask(Task):
             )
         return SampleStatus.AGENT_INVALID_ACTION, prompts.BAD_TOOL_CALL
 
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it: ``alfworld-std`` on AgentBench's new_std."""
+        return "alfworld-std" if self.split.name == "new_std" else f"alfworld-{self.split.name}"
+
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus AgentBench's ``overall`` (total, pass, wrong, success_rate) and per task type."""
         overall = super().calculate_overall(results)
@@ -216,4 +223,6 @@ class ALFWorldTask(Task):
             "success_rate": passed / total if total else 0.0,
         }
         overall["success_rate_by_type"] = {k: c["pass"] / c["total"] for k, c in sorted(by_type.items())}
+        overall["invalid_action_rule"] = self.on_invalid_action
+        overall["benchmark"] = self.benchmark
         return overall

@@ -4,7 +4,10 @@ Each episode gets a fresh database holding only its own tables, loaded as AgentB
 (every column ``TEXT``, every value ``str(v)``), and dropped at the end.
 
 - :class:`SQLiteBackend`: an in-memory SQLite database per episode; no server. The agent's SQL is
-  MySQL-flavoured (the prompt says MySQL), so some statements fail here that MySQL would run.
+  MySQL-flavoured (the prompt says MySQL), so some statements fail here that MySQL would run. It
+  runs in the worker process, so SQLite's authorizer denies it every way to the host's files:
+  ``ATTACH`` of a file and ``VACUUM INTO`` a file, ``load_extension()``, and the pragmas that
+  name a folder (:func:`deny_file_access`): they fail with ``not authorized``.
 - :class:`MariaDBBackend`: a database *and a user allowed only that database* per episode on one
   MariaDB server (the agent cannot see or drop other episodes' data). Sessions run with
   ``sql_mode='NO_ENGINE_SUBSTITUTION'`` (non-strict, as the ``answer_md5`` values need: with
@@ -13,6 +16,15 @@ Each episode gets a fresh database holding only its own tables, loaded as AgentB
 Results are shown as AgentBench shows them: ``str()`` of the list of row tuples, cut at 800
 characters with ``[TRUNCATED]``. SQL errors go back to the agent as text; a database that cannot
 be reached raises :class:`DatabaseUnavailable` (the episode ends with ``task error``).
+
+What the agent's SQL does to its own MariaDB connection is the agent's doing, not a server
+failure: ``KILL CONNECTION_ID()``, ``SET SESSION wait_timeout = 1`` then idling, or a
+``SET PASSWORD`` followed by a lost connection. When the agent's connection is gone the episode
+asks the server as administrator: a server that answers gets the episode's user, password and
+database restored and a new connection (as AgentBench reconnects before each statement), and the
+agent sees the error as text; only a server the administrator cannot reach is
+:class:`DatabaseUnavailable`. Errors such as ``GRANT ... TO CURRENT_USER()``'s access denied
+(1045) are SQL errors like any other.
 """
 
 from __future__ import annotations
@@ -153,6 +165,30 @@ def _sqlite_md5(value: Any) -> str | None:
     return None if value is None else hashlib.md5(str(value).encode("utf-8")).hexdigest()
 
 
+_IN_MEMORY_ATTACH = ("", ":memory:")  # ATTACH of a temporary or in-memory database; plain VACUUM
+_DENIED_FUNCTIONS = {"load_extension", "fts3_tokenizer"}
+_DENIED_PRAGMAS = {"temp_store_directory", "data_store_directory"}
+
+
+def deny_file_access(
+    action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None
+) -> int:
+    """SQLite authorizer of the agent's SQL: no file on the host may be opened, written or loaded.
+
+    ``ATTACH 'path'`` and ``VACUUM INTO 'path'`` (which SQLite authorizes as an ATTACH of
+    ``path``) create or open files; ``load_extension()`` loads a shared library; the directory
+    pragmas move temporary files. Everything else the agent's SQL does stays in its in-memory
+    database.
+    """
+    if action == sqlite3.SQLITE_ATTACH and (arg1 or "") not in _IN_MEMORY_ATTACH:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _DENIED_PRAGMAS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
 class SQLiteEpisode(EpisodeDatabase):
     """An in-memory SQLite database."""
 
@@ -164,6 +200,7 @@ class SQLiteEpisode(EpisodeDatabase):
         self.conn.create_function("md5", 1, _sqlite_md5, deterministic=True)
         # Interrupts a statement past its deadline (checked every 10k VM instructions).
         self.conn.set_progress_handler(lambda: int(time.monotonic() > self._deadline), 10_000)
+        self.conn.set_authorizer(deny_file_access)  # the agent's SQL runs in the worker process
 
     def load(self, tables: Sequence[Table]) -> None:
         for table in tables:
@@ -275,8 +312,10 @@ class ServerAddress:
         return f"unix:{self.unix_socket}" if self.unix_socket else f"{self.host}:{self.port}"
 
 
-# MariaDB/MySQL client errors that mean the server is gone, not that the SQL was wrong.
-_CONNECTION_ERRORS = {2002, 2003, 2006, 2013, 2014, 2045, 2055, 1040, 1045, 1053, 1927}
+# MariaDB/MySQL errors after which the connection may be gone (server gone away, lost during
+# the query, commands out of sync, killed, shutdown in progress): whether the server is down or
+# only the agent's connection ended is then asked of the server (MariaDBEpisode._reconnect).
+_LOST_CONNECTION_ERRORS = {2006, 2013, 2014, 2055, 1053, 1927, 4031}
 _STATEMENT_TIMEOUT_ERRORS = {1969, 3024}  # MariaDB max_statement_time, MySQL max_execution_time
 
 
@@ -301,31 +340,66 @@ class MariaDBEpisode(EpisodeDatabase):
             # In GRANT, '_' in a database name is a wildcard: escape it.
             grant_db = quote_name(self.database.replace("_", "\\_"))
             cursor.execute(f"GRANT ALL PRIVILEGES ON {grant_db}.* TO %s@'%%'", (self.user,))
-        self.conn = backend.connect(user=self.user, password=self._password, database=self.database)
+        self._connect()
         with self.conn.cursor() as cursor:
-            cursor.execute(
-                "SET SESSION sql_mode = 'NO_ENGINE_SUBSTITUTION', max_statement_time = %s",
-                (backend.statement_timeout_s,),
-            )
             for table in tables:
                 create, insert, rows = create_statements(table, "%s")
                 cursor.execute(create)
                 if rows:
                     cursor.executemany(insert, rows)
 
+    def _connect(self) -> None:
+        """A new connection as the episode's user, with the episode's session settings."""
+        self.conn = self.backend.connect(user=self.user, password=self._password, database=self.database)
+        with self.conn.cursor() as cursor:
+            cursor.execute(
+                "SET SESSION sql_mode = 'NO_ENGINE_SUBSTITUTION', max_statement_time = %s",
+                (self.backend.statement_timeout_s,),
+            )
+
+    def _reconnect(self) -> None:
+        """The agent's connection is gone: DatabaseUnavailable if the server is, else a new one.
+
+        The administrator restores what the agent's SQL may have changed about its own account
+        (password, lock, its database) before the episode's user connects again.
+        """
+        old, self.conn = self.conn, None
+        try:
+            old.close()
+        except Exception:  # already closed by the server or by pymysql
+            pass
+        with self.backend.admin() as admin, admin.cursor() as cursor:  # DatabaseUnavailable: server down
+            cursor.execute("ALTER USER %s@'%%' IDENTIFIED BY %s ACCOUNT UNLOCK", (self.user, self._password))
+            cursor.execute(
+                f"CREATE DATABASE IF NOT EXISTS {quote_name(self.database)} "
+                "CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_520_ci"
+            )
+        logger.info("dbbench episode %s: the agent's connection ended; reconnected", self.database)
+        self._connect()
+
+    def _ensure_connected(self) -> None:
+        """Before a statement: the guard on statement time again (the agent may have lifted it
+        with ``SET SESSION max_statement_time = 0``), which also finds a connection the agent ended."""
+        import pymysql
+
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.execute("SET SESSION max_statement_time = %s", (self.backend.statement_timeout_s,))
+        except pymysql.err.MySQLError:
+            self._reconnect()
+
     def _execute(self, sql: str) -> str:
         import pymysql
 
+        self._ensure_connected()
         try:
             with self.conn.cursor() as cursor:
                 cursor.execute(sql)
                 rows = cursor.fetchall() if cursor.description else []
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-            if code in _CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):
-                raise DatabaseUnavailable(
-                    f"MariaDB at {self.backend.address.describe()} failed during the episode: {exc}"
-                ) from exc
+            if code in _LOST_CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):
+                self._ensure_connected()  # server down: DatabaseUnavailable; else the agent's error
             if code in _STATEMENT_TIMEOUT_ERRORS:
                 return TIMEOUT_MESSAGE
             message = exc.args[1] if len(exc.args) > 1 else str(exc)
@@ -338,6 +412,7 @@ class MariaDBEpisode(EpisodeDatabase):
         import pymysql
 
         hashes = []
+        self._ensure_connected()  # the agent may have ended its connection after its last statement
         with self.conn.cursor() as cursor:
             cursor.execute("SET SESSION group_concat_max_len = %s", (GROUP_CONCAT_MAX_LEN,))
             for table in tables:
@@ -346,7 +421,7 @@ class MariaDBEpisode(EpisodeDatabase):
                     value = cursor.fetchone()[0]
                 except pymysql.err.MySQLError as exc:
                     code = exc.args[0] if exc.args else None
-                    if code in _CONNECTION_ERRORS:
+                    if code in _LOST_CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):
                         raise DatabaseUnavailable(f"MariaDB failed while hashing the tables: {exc}") from exc
                     hashes.append(f"error: {exc}")
                     continue

@@ -6,7 +6,7 @@ Splits (files under ``<data dir>/agentbench/dbbench/``):
 |---|---|---|---|
 | ``standard`` (``std``, ``test``) | ``standard.jsonl`` | 300 | AgentBench's ``dbbench-std``; evaluation |
 | ``dev`` | ``dev.jsonl`` | 60 | |
-| ``train`` | ``db_out_new.jsonl`` | | ``dbbench-env_train``; not vendored: ``agentrl-data fetch --only agentbench-large``. Missing -> ``dev`` with a warning |
+| ``train`` | ``db_out_new.jsonl`` | | ``dbbench-env_train``; not vendored: ``agentrl-data fetch --only agentbench-large``. Missing -> an error naming the fix (never ``dev`` unasked) |
 
 Every row carries its own table(s) (name, columns, rows). The gold answer is ``label`` (a list
 of strings) for questions, and ``answer_md5`` (AgentBench's table hash after the gold SQL) for
@@ -97,7 +97,7 @@ def parse_sample(entry: dict[str, Any], where: str) -> DBBenchSample:
 
 
 def split_path(split: str, data_dir: str | Path | None = None) -> tuple[str, Path]:
-    """The (canonical split, verified file) of ``split``; ``train`` falls back to ``dev`` when not installed."""
+    """The (canonical split, verified file) of ``split``; DataError when it is not installed."""
     canonical = SPLIT_ALIASES.get(split, split)
     if canonical not in SPLIT_FILES:
         raise ValueError(
@@ -105,13 +105,13 @@ def split_path(split: str, data_dir: str | Path | None = None) -> tuple[str, Pat
         )
     relative = f"{DBBENCH_DIR}/{SPLIT_FILES[canonical]}"
     if canonical == "train" and not (resolve_data_dir(data_dir) / relative).exists():
-        logger.warning(
-            "DBBench training split %s is not installed in %s; training falls back to the dev split "
-            "(60 rows). Get it with `agentrl-data fetch --only agentbench-large`.",
-            relative,
-            resolve_data_dir(data_dir),
+        # Training on the 60 dev rows instead would change the experiment behind the user's back.
+        raise DataError(
+            f"DBBench split 'train' needs {relative}, which is not installed in {resolve_data_dir(data_dir)} "
+            "(it is not in the vendored data): get it with `agentrl-data fetch --only agentbench-large`, "
+            "or ask for the dev split (60 rows) explicitly: split='dev' "
+            "(in a recipe: agentrl.envs.task_kwargs.dbbench.split=dev)"
         )
-        canonical, relative = "dev", f"{DBBENCH_DIR}/{SPLIT_FILES['dev']}"
     return canonical, require(relative, data_dir)  # a file that is there but corrupt is an error
 
 

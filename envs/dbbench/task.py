@@ -8,10 +8,10 @@ memory, or a database and user of its own on a MariaDB server). Scoring as Agent
 tables' hash against ``answer_md5``. Reward 1 or 0.
 
 Statuses: ``completed`` after a commit (reward 1/0); ``task limit reached`` after ``max_round``
-steps without one (reward 0). Invalid steps, with ``on_invalid_action="end"`` (default, the
-SDK's policy): no tool call, or arguments that are not a JSON object or lack a value ->
+steps without one (reward 0). Invalid steps, with ``on_invalid_action="end"`` (for RL
+recipes that want it): no tool call, or arguments that are not a JSON object or lack a value ->
 ``agent validation failed``; an unknown tool -> ``agent invalid action``. With
-``on_invalid_action="feedback"`` (AgentBench's own DBBench behaviour) the agent gets AgentBench's
+``on_invalid_action="feedback"`` (the default: AgentBench-FC's own DBBench behaviour) the agent gets AgentBench's
 error message instead and the step counts as a round. A database that fails (server down) ->
 ``task error``; the worker keeps serving.
 
@@ -45,15 +45,17 @@ class DBBenchTask(Task):
     """AgentBench-FC DBBench.
 
     Args:
-        split: ``standard`` (300, evaluation), ``dev`` (60) or ``train`` (``db_out_new.jsonl``;
-            falls back to ``dev`` with a warning when not installed).
+        split: ``standard`` (300, evaluation, ``dbbench-std``), ``dev`` (60) or ``train``
+            (``db_out_new.jsonl``; a DataError naming the fix when not installed).
         data_dir: the data directory (default: ``$AGENTRL_DATA_DIR`` or the XDG default).
         backend: ``sqlite``, ``mariadb``, or ``auto`` (MariaDB when ``mariadb_url`` is set).
         mariadb_url: administrator address of the MariaDB server, ``unix:///path/mysqld.sock``
             or ``mysql://USER:PASSWORD@127.0.0.1:3306``.
         max_round: agent steps per episode (AgentBench-FC: 15).
         statement_timeout_s: limit on one SQL statement (AgentBench: 60 s).
-        on_invalid_action: ``end`` or ``feedback`` (see the module docstring).
+        on_invalid_action: ``feedback`` (default: AgentBench-FC's rule, its message and the
+            step counts against the round limit) or ``end`` (the step ends the episode; for RL
+            recipes that want it); see the module docstring. ``calculate_overall`` records it.
         limit: serve only the first ``limit`` samples (smoke tests).
     """
 
@@ -69,7 +71,7 @@ class DBBenchTask(Task):
         mariadb_url: str | None = None,
         max_round: int = 15,
         statement_timeout_s: float = 60.0,
-        on_invalid_action: str = "end",
+        on_invalid_action: str = "feedback",
         limit: int | None = None,
         **overrides: Any,
     ) -> None:
@@ -226,6 +228,11 @@ class DBBenchTask(Task):
         finally:
             await scratch.close()
 
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it: ``dbbench-std`` on AgentBench's test split."""
+        return "dbbench-std" if self.split == "standard" else f"dbbench-{self.split}"
+
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus accuracy, overall and per SQL type."""
         overall = super().calculate_overall(results)
@@ -238,6 +245,8 @@ class DBBenchTask(Task):
         total = sum(c["total"] for c in by_type.values())
         overall["accuracy"] = sum(c["correct"] for c in by_type.values()) / total if total else 0.0
         overall["accuracy_by_type"] = {k: c["correct"] / c["total"] for k, c in sorted(by_type.items())}
+        overall["invalid_action_rule"] = self.on_invalid_action
+        overall["benchmark"] = self.benchmark
         return overall
 
 

@@ -15,9 +15,9 @@ Statuses: ``completed`` after ``Final Answer: #k`` (reward 1/0); ``task limit re
 ``max_round`` steps without one; ``agent validation failed`` for a final answer naming a
 variable that does not exist. Tool errors (a relation the variable lacks, ...) go back to the
 agent as ``Error processing tool call: ...``. Invalid steps with ``on_invalid_action="end"``
-(default, the SDK's policy): a step with neither a tool call nor a final answer, arguments that
+(for RL recipes that want it): a step with neither a tool call nor a final answer, arguments that
 are not a JSON object or lack a parameter -> ``agent validation failed``; an unknown tool ->
-``agent invalid action``. ``on_invalid_action="feedback"`` is AgentBench's own behaviour: the
+``agent invalid action``. ``on_invalid_action="feedback"`` (the default) is AgentBench-FC's own behaviour: the
 agent gets AgentBench's message and the step counts as a round. A backend that fails (SPARQL
 endpoint down) -> ``task error``; the worker keeps serving.
 
@@ -80,7 +80,9 @@ class KGTask(Task):
         max_round: agent steps per episode (AgentBench-FC: 15).
         one_shot: prepend AgentBench's one-shot example; default: on for the test split (as
             AgentBench's ``kg-std``), off otherwise (as ``kg-env_train``).
-        on_invalid_action: ``end`` or ``feedback`` (see the module docstring).
+        on_invalid_action: ``feedback`` (default: AgentBench-FC's rule, its message and the
+            step counts against the round limit) or ``end`` (the step ends the episode; for RL
+            recipes that want it); see the module docstring. ``calculate_overall`` records it.
         limit: serve only the first ``limit`` questions.
     """
 
@@ -101,7 +103,7 @@ class KGTask(Task):
         data_dir: str | Path | None = None,
         max_round: int = 15,
         one_shot: bool | None = None,
-        on_invalid_action: str = "end",
+        on_invalid_action: str = "feedback",
         limit: int | None = None,
         **overrides: Any,
     ) -> None:
@@ -241,6 +243,14 @@ class KGTask(Task):
             },
         )
 
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it. ``kg-offline``: the offline graph, which
+        is not AgentBench's ``kg-std`` (Freebase); ``kg-std`` only with ``source="agentbench"``."""
+        if self.source == "agentbench":
+            return "kg-std" if self.split in ("std", "test") else f"kg-{self.split}"
+        return "kg-offline" if self.split == "test" else f"kg-offline-{self.split}"
+
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus accuracy and mean F1, overall and per question template."""
         overall = super().calculate_overall(results)
@@ -256,6 +266,8 @@ class KGTask(Task):
         overall["accuracy_by_template"] = {
             name: sum(c for c, _ in items) / len(items) for name, items in sorted(by_template.items())
         }
+        overall["invalid_action_rule"] = self.on_invalid_action
+        overall["benchmark"] = self.benchmark
         return overall
 
 

@@ -11,7 +11,9 @@ so a command waiting for input gets end-of-file instead of hanging; no prompt or
 the output), and a command that outlives the time limit is killed with its process group.
 
 Scripts (``init``, ``check``, ``example``) run as AgentBench's ``execute_independent`` runs them:
-``bash -c CODE -- ARGS`` or ``python3 -c CODE ARGS``, in a fresh process (no carried state).
+``bash -c CODE -- ARGS`` or ``python3 -c CODE ARGS``, in a fresh process (no carried state); in a
+container with the interpreters of :mod:`.trusted` (a read-only pristine ``/usr``) and Python as
+``python3 -I -S``, so an agent that replaced ``python3`` or ``bash`` cannot pass a check.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from agentrl_ext.env.providers.base import ExecResult, SessionResource
 
 from .data import Script
+from .trusted import TrustedTools
 
 SHELL_DIR = "/run/agentrl-shell"
 """Where the wrapper keeps the shell state and the running action's output in a container
@@ -123,11 +126,29 @@ class Shell:
         )
 
 
-def script_command(script: Script, params: list[str]) -> str:
+ISOLATED_PYTHON = (
+    "import sys, site; site.setquit(); site.setcopyright(); site.sethelper(); "
+    "code = sys.argv.pop(1); exec(compile(code, '<string>', 'exec'), {'__name__': '__main__'})"
+)
+"""``python3 -I -S -c`` runs this with the script and its arguments: the builtins ``site`` adds
+(``exit``, ``quit``: the checks call ``exit(0)``) without what ``site`` imports from outside the
+trusted copy (``sitecustomize``, ``dist-packages``); the script then sees ``sys.argv`` as
+``python3 -c CODE ARGS`` shows it."""
+
+
+def script_command(script: Script, params: list[str], programs_dir: str | None = None) -> str:
     """The command line of an independent script with its arguments (stdout only; ``exec``, so no
-    extra shell shows in the process list, as in AgentBench's direct exec)."""
+    extra shell shows in the process list, as in AgentBench's direct exec).
+
+    ``programs_dir``: take ``bash`` and ``python3`` from there (a folder the agent cannot
+    change), Python as ``python3 -I -S`` with :data:`ISOLATED_PYTHON` (no ``site`` imports, no
+    environment, no current directory on ``sys.path``); None: the sandbox's own, on ``PATH``.
+    """
+    where = f"{programs_dir.rstrip('/')}/" if programs_dir else ""
     if script.language == "bash":
-        argv = ["bash", "-c", script.code] + (["--", *params] if params else [])
+        argv = [f"{where}bash", "-c", script.code] + (["--", *params] if params else [])
+    elif script.language == "python" and programs_dir:
+        argv = [f"{where}python3", "-I", "-S", "-c", ISOLATED_PYTHON, script.code, *params]
     elif script.language == "python":
         argv = ["python3", "-c", script.code, *params]
     else:  # data.LANGUAGES admits nothing else
@@ -136,12 +157,23 @@ def script_command(script: Script, params: list[str]) -> str:
 
 
 async def run_script(
-    box: SessionResource, script: Script, params: list[str], timeout_s: float, workdir: str | None
+    box: SessionResource,
+    script: Script,
+    params: list[str],
+    timeout_s: float,
+    workdir: str | None,
+    trusted: TrustedTools | None = None,
 ) -> ExecResult:
-    """Run an init/check/example script in a fresh process; its stdout, kept whole."""
+    """Run an init/check/example script in a fresh process; its stdout, kept whole.
+
+    ``trusted``: run it with the interpreters of :class:`.trusted.TrustedTools` (which the agent
+    cannot have replaced); None runs the sandbox's own.
+    """
     return await box.exec(
-        script_command(script, params),
+        script_command(script, params, trusted.programs_dir if trusted else None),
         timeout_s=timeout_s,
         max_output_chars=SCRIPT_OUTPUT_CHARS,
         workdir=workdir,
+        env=trusted.env if trusted else None,
+        programs_dir=trusted.programs_dir if trusted else None,
     )

@@ -10,10 +10,10 @@ a regex; ``check`` runs the check scripts in the container with the answer as ar
 ``null`` step running the example solution, whose output the next script gets. Reward 1 or 0.
 
 Statuses: ``completed`` after an answer or finish (reward 1/0); ``task limit reached`` after
-``round_limit`` steps without one. Invalid steps with ``on_invalid_action="end"`` (default): no
+``round_limit`` steps without one. Invalid steps with ``on_invalid_action="end"`` (for RL recipes): no
 tool call, arguments that are not a JSON object, ``bash_action``/``answer_action`` without an
 argument -> ``agent validation failed``; an unknown tool -> ``agent invalid action``. With
-``"feedback"`` (AgentBench's own behaviour) the agent gets AgentBench's message and the step
+``"feedback"`` (the default: AgentBench-FC's own behaviour) the agent gets AgentBench's message and the step
 counts. An init script that fails -> ``unknown`` (as AgentBench); the container or the engine
 failing (e.g. the container is killed) -> ``task error``. The container is removed when the
 episode ends, however it ends; containers of a worker that was killed are removed when a worker
@@ -44,6 +44,7 @@ from agentrl_ext.env.worker.actions import AgentAction, ToolCall, parse_action
 from . import prompts
 from .data import OSSample, load_split
 from .shell import SHELL_DIR, Shell, run_script
+from .trusted import TrustedTools, prepare_trusted_tools
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,9 @@ class OSTask(Task):
         script_timeout_s: limit of one init, check or example script (AgentBench: 30 s).
         on_timeout: ``feedback`` (default: the output so far and a note go to the agent) or
             ``task_error`` (AgentBench-FC's outcome: its shell read times out and the sample fails).
-        on_invalid_action: ``end`` or ``feedback`` (see the module docstring).
+        on_invalid_action: ``feedback`` (default: AgentBench-FC's rule, its message and the
+            step counts against the round limit) or ``end`` (the step ends the episode; for RL
+            recipes that want it); see the module docstring. ``calculate_overall`` records it.
         limit: serve only the first ``limit`` samples (smoke tests).
     """
 
@@ -100,7 +103,7 @@ class OSTask(Task):
         command_timeout_s: float = 30.0,
         script_timeout_s: float = 30.0,
         on_timeout: str = "feedback",
-        on_invalid_action: str = "end",
+        on_invalid_action: str = "feedback",
         limit: int | None = None,
         **overrides: Any,
     ) -> None:
@@ -142,6 +145,7 @@ class OSTask(Task):
         self.provider: ResourceProvider | None = None
         self.isolated = True
         self._specs: dict[str, ResourceSpec] = {}
+        self._trusted: dict[str, TrustedTools] = {}
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -172,7 +176,7 @@ class OSTask(Task):
             import docker
             import docker.errors
 
-            from agentrl_ext.env.providers.docker import DockerProvider
+            from agentrl_ext.env.providers.docker import LABEL_MANAGED, LABEL_TASK, DockerProvider
 
             client = docker.from_env()
             client.ping()
@@ -189,7 +193,6 @@ class OSTask(Task):
         for subtype, image in self.images.items():
             try:
                 client.images.get(image)
-                self._specs[subtype] = _with_image(self.spec, image)
             except docker.errors.ImageNotFound:
                 if subtype == "default":
                     raise RuntimeError(
@@ -204,6 +207,12 @@ class OSTask(Task):
                     subtype,
                     self.images["default"],
                 )
+                continue
+            trusted = prepare_trusted_tools(client, image, {LABEL_MANAGED: "true", LABEL_TASK: self.name})
+            self._trusted[subtype] = trusted
+            self._specs[subtype] = dataclasses.replace(
+                self.spec, image=image, read_only_volumes=trusted.mounts
+            )
         return provider
 
     async def teardown(self) -> None:
@@ -240,17 +249,18 @@ class OSTask(Task):
         sample = self.samples[position]
         async with self.sandbox(sample, session.id) as (box, shell):
             for number, script in enumerate(sample.init):
-                init = await run_script(box, script, [], self.script_timeout_s, None)
-                if init.exit_code != 0:  # AgentBench: status unknown
+                init = await run_script(
+                    box, script, [], self.script_timeout_s, None, self._trusted_tools(sample)
+                )
+                if init.exit_code != 0:  # AgentBench: status unknown; the reason goes with it
+                    reason = f"init script {number} failed with exit code {init.exit_code}" + (
+                        f": {init.output[-500:]}" if init.output.strip() else " (its stdout was empty)"
+                    )
                     return SampleResult(
                         SampleStatus.UNKNOWN,
                         reward=0.0,
-                        result={
-                            "result": False,
-                            "index": position,
-                            "error": f"init script {number} failed with exit code {init.exit_code}: "
-                            f"{init.output[-500:]}",
-                        },
+                        result={"result": False, "index": position, "error": reason},
+                        error=reason,
                     )
             if sample.start is not None:
                 await shell.run(sample.start.code)  # AgentBench ignores its outcome
@@ -350,13 +360,27 @@ class OSTask(Task):
         )
 
     async def _check(self, sample: OSSample, box: SessionResource, answer: Any) -> bool:
-        return await check_answer(box, sample, answer, self.script_timeout_s)
+        return await check_answer(box, sample, answer, self.script_timeout_s, self._trusted_tools(sample))
+
+    def _trusted_tools(self, sample: OSSample) -> TrustedTools | None:
+        """The interpreters the task's scripts run with: the trusted tools of the sample's image
+        (None on the local provider, which has no volumes)."""
+        if not self.isolated or not self._trusted:
+            return None
+        return self._trusted.get(sample.image, self._trusted["default"])
+
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it: ``os-std`` on AgentBench's test split."""
+        return "os-std" if self.split == "test" else f"os-{self.split}"
 
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus AgentBench's ``overall`` (total, pass, wrong, acc)."""
         summary = super().calculate_overall(results)
         passed = sum(1 for r in results if isinstance(r.result, dict) and r.result.get("result"))
         total = len(results)
+        summary["invalid_action_rule"] = self.on_invalid_action
+        summary["benchmark"] = self.benchmark
         summary["overall"] = {
             "total": total,
             "pass": passed,
@@ -366,15 +390,18 @@ class OSTask(Task):
         return summary
 
 
-async def check_answer(box: SessionResource, sample: OSSample, answer: Any, timeout_s: float) -> bool:
+async def check_answer(
+    box: SessionResource, sample: OSSample, answer: Any, timeout_s: float, trusted: TrustedTools | None = None
+) -> bool:
     """AgentBench's check chain, run in ``box``: each script gets the answer and the previous
-    scripts' outputs as arguments (a null step runs the sample's example); all must exit 0."""
+    scripts' outputs as arguments (a null step runs the sample's example); all must exit 0.
+    ``trusted``: run the scripts with interpreters the agent cannot have replaced (see :mod:`.trusted`)."""
     assert sample.check is not None
     params = [str(answer)]
     for script in sample.check:
         script = script if script is not None else sample.example
         assert script is not None  # data.parse_sample guarantees an example for null steps
-        result = await run_script(box, script, params, timeout_s, None)
+        result = await run_script(box, script, params, timeout_s, None, trusted)
         if result.exit_code != 0:
             return False
         params.append(result.output)
@@ -388,10 +415,6 @@ def match_answer(answer: Any, match: dict[str, Any]) -> bool:
     if "regex" in match:
         return isinstance(answer, str) and re.search(match["regex"], answer) is not None
     return False
-
-
-def _with_image(spec: ResourceSpec, image: str) -> ResourceSpec:
-    return dataclasses.replace(spec, image=image)
 
 
 def first_call_problem(action: AgentAction) -> InvalidAction | None:

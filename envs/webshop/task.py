@@ -11,9 +11,9 @@ Statuses: ``completed`` after a purchase; ``task limit reached`` after ``max_rou
 without one (reward 0, the last call answered ``Task limit reached.``). A click on a value that
 is not clickable, a search with empty keywords, or a click on ``search``: WebShop does nothing,
 the tool message shows the same page, the episode goes on (``running``) and the step counts.
-Invalid steps, with ``on_invalid_action="end"`` (default, the SDK's policy): no tool call,
+Invalid steps, with ``on_invalid_action="end"`` (for RL recipes that want it): no tool call,
 arguments that are not a JSON object, or a call without an argument -> ``agent validation
-failed``; an unknown tool -> ``agent invalid action``. With ``on_invalid_action="feedback"``
+failed``; an unknown tool -> ``agent invalid action``. With ``on_invalid_action="feedback"`` (the default)
 (AgentBench's own behaviour) the agent gets AgentBench's message instead and the step counts.
 
     python -m agentrl_ext.env.worker agentrl_ext.envs.webshop.task:WebShopTask \\
@@ -52,7 +52,9 @@ class WebShopTask(Task):
         test_fraction: share of the products (with goals) held out for ``test``.
         test_goals_per_product: synthetic goals per test product (all its human goals too).
         max_round: agent steps per episode (AgentBench-FC: 20).
-        on_invalid_action: ``end`` or ``feedback`` (see the module docstring).
+        on_invalid_action: ``feedback`` (default: AgentBench-FC's rule, its message and the
+            step counts against the round limit) or ``end`` (the step ends the episode; for RL
+            recipes that want it); see the module docstring. ``calculate_overall`` records it.
         limit: serve only the first ``limit`` goals (smoke tests).
     """
 
@@ -68,7 +70,7 @@ class WebShopTask(Task):
         test_fraction: float = 0.2,
         test_goals_per_product: int = 3,
         max_round: int = 20,
-        on_invalid_action: str = "end",
+        on_invalid_action: str = "feedback",
         limit: int | None = None,
         **overrides: Any,
     ) -> None:
@@ -193,6 +195,12 @@ class WebShopTask(Task):
             },
         )
 
+    @property
+    def benchmark(self) -> str:
+        """What this worker runs, as results should name it: ``webshop-offline`` (the 1,000-product
+        catalogue, mostly synthetic goals, BM25), which is not AgentBench's ``webshop-std``."""
+        return "webshop-offline" if self.split == "test" else f"webshop-offline-{self.split}"
+
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:
         """The default summary plus AgentBench's mean ``reward`` and the share scoring 1."""
         overall = super().calculate_overall(results)
@@ -201,4 +209,6 @@ class WebShopTask(Task):
         overall["success_rate"] = sum(r == 1.0 for r in rewards) / len(rewards) if rewards else 0.0
         kinds = Counter(str(r.result.get("kind")) for r in results if isinstance(r.result, dict))
         overall["goals_by_kind"] = dict(kinds)
+        overall["invalid_action_rule"] = self.on_invalid_action
+        overall["benchmark"] = self.benchmark
         return overall

@@ -16,10 +16,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from agentrl_ext.config import AgentRLConfig
+from agentrl_ext.data.store import DataError, install_from
 from agentrl_ext.env.launcher import KNOWN_TASKS, EnvStack, known_task, wants_mariadb
 from agentrl_ext.models.tiny import TinyModelSpec
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
+from agentrl_ext.testing.vendored_data import vendored_data_dir
 from agentrl_ext.trainer.main import check_config, recipes_dir
+from envs.dbbench.task import DBBenchTask
 
 RECIPE = "agentbench"
 
@@ -97,15 +100,40 @@ def test_every_task_of_the_agentbench_recipe_is_known_to_the_launcher_on_cpu():
     assert [t for t in tasks if "docker" in known_task(t).needs] == ["os"]
 
 
-def test_dbbench_runs_on_sqlite_unless_mariadb_is_asked_for_on_cpu():
+def test_dbbench_runs_on_mariadb_unless_sqlite_is_asked_for_on_cpu():
     agentrl = AgentRLConfig.from_config(_compose().agentrl)
-    kwargs = dict((agentrl.envs.task_kwargs or {})["dbbench"])
-    assert kwargs == {"backend": "sqlite"}
-    assert not wants_mariadb("dbbench", kwargs)  # the stack starts no MariaDB server
+    kwargs = dict((agentrl.envs.task_kwargs or {}).get("dbbench", {}))
+    assert kwargs.get("backend") in (None, "mariadb")
+    assert wants_mariadb("dbbench", kwargs)  # the stack starts the MariaDB server
     switched = AgentRLConfig.from_config(
-        _compose(["agentrl.envs.task_kwargs.dbbench.backend=mariadb"]).agentrl
+        _compose(["+agentrl.envs.task_kwargs.dbbench.backend=sqlite"]).agentrl
     )
-    assert wants_mariadb("dbbench", dict((switched.envs.task_kwargs or {})["dbbench"]))
+    assert not wants_mariadb("dbbench", dict((switched.envs.task_kwargs or {})["dbbench"]))
+
+
+def test_dbbench_trains_on_its_train_split_or_fails_naming_the_fix_on_cpu(tmp_path):
+    agentrl = AgentRLConfig.from_config(_compose().agentrl)
+    stack = EnvStack(
+        tasks=list(agentrl.envs.tasks or []),
+        port=agentrl.envs.port,
+        split=agentrl.envs.split,
+        kwargs={k: dict(v) for k, v in (agentrl.envs.task_kwargs or {}).items()},
+    )
+    assert stack.task_kwargs["dbbench"]["split"] == "train"  # never dev unasked
+    shared = vendored_data_dir()
+    if not (shared / "SHA256SUMS").is_file():
+        pytest.skip(f"no vendored data copy at {shared}")
+    install_from(shared, tmp_path)  # the vendored data has no db_out_new.jsonl
+    with pytest.raises(DataError, match=r"agentrl-data fetch --only agentbench-large.*dbbench\.split=dev"):
+        DBBenchTask(split=stack.task_kwargs["dbbench"]["split"], data_dir=tmp_path)
+    asked = AgentRLConfig.from_config(_compose(["+agentrl.envs.task_kwargs.dbbench.split=dev"]).agentrl)
+    dev = EnvStack(
+        tasks=["dbbench"],
+        port=asked.envs.port,
+        split=asked.envs.split,
+        kwargs={k: dict(v) for k, v in (asked.envs.task_kwargs or {}).items()},
+    )
+    assert DBBenchTask(split=dev.task_kwargs["dbbench"]["split"], data_dir=tmp_path).split == "dev"
 
 
 def test_agentbench_recipe_has_agentrl_settings_on_cpu():

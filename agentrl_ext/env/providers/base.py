@@ -58,6 +58,9 @@ class ResourceSpec:
     workdir: str = "/root"
     env: dict[str, str] = field(default_factory=dict)
     read_only: bool = False
+    read_only_volumes: dict[str, str] = field(default_factory=dict)
+    """Named Docker volumes mounted read-only: volume name -> path in the container (the local
+    provider has no volumes and ignores them)."""
 
     def __post_init__(self) -> None:
         if self.network not in ALLOWED_NETWORKS:
@@ -94,8 +97,13 @@ class SessionResource(ABC):
         max_output_chars: int = 800,
         workdir: str | None = None,
         env: dict[str, str] | None = None,
+        programs_dir: str | None = None,
     ) -> ExecResult:
-        """Run ``command`` with ``bash -c``; killed after ``timeout_s`` (exit code 124, ``timed_out``)."""
+        """Run ``command`` with ``bash -c``; killed after ``timeout_s`` (exit code 124, ``timed_out``).
+
+        ``programs_dir``: a folder in the sandbox whose ``timeout`` and ``bash`` run the command
+        (e.g. a read-only mount the session cannot change); None: the sandbox's own, on ``PATH``.
+        """
 
     @abstractmethod
     async def close(self) -> None:

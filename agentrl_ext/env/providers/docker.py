@@ -101,13 +101,15 @@ class DockerSessionResource(SessionResource):
         max_output_chars: int = 800,
         workdir: str | None = None,
         env: dict[str, str] | None = None,
+        programs_dir: str | None = None,
     ) -> ExecResult:
         if self._closed:
             raise RuntimeError(f"container {self.id[:12]} was already released; exec needs an open session")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         started = time.monotonic()
-        wrapped = ["timeout", "--kill-after=2", f"{timeout_s:g}", "bash", "-c", command]
+        where = f"{programs_dir.rstrip('/')}/" if programs_dir else ""
+        wrapped = [f"{where}timeout", "--kill-after=2", f"{timeout_s:g}", f"{where}bash", "-c", command]
         exit_code, raw, dropped = await self._provider.run(
             functools.partial(
                 self._exec_blocking, wrapped, max_output_chars * _OUTPUT_READ_FACTOR, workdir, env
@@ -199,6 +201,7 @@ class DockerProvider(ResourceProvider):
             "working_dir": spec.workdir,
             "environment": spec.env,
             "read_only": spec.read_only,
+            "volumes": {name: {"bind": path, "mode": "ro"} for name, path in spec.read_only_volumes.items()},
             "init": True,  # reaps the zombies of killed commands
         }
         try:

@@ -54,6 +54,7 @@ class LocalSessionResource(SessionResource):
         max_output_chars: int = 800,
         workdir: str | None = None,
         env: dict[str, str] | None = None,
+        programs_dir: str | None = None,
     ) -> ExecResult:
         if self._closed:
             raise RuntimeError(
@@ -72,7 +73,7 @@ class LocalSessionResource(SessionResource):
         limited = f"ulimit -v {self._spec.memory_bytes // 1024} 2>/dev/null; {command}"
         started = time.monotonic()
         process = await asyncio.create_subprocess_exec(
-            "bash",
+            f"{programs_dir.rstrip('/')}/bash" if programs_dir else "bash",
             "-c",
             limited,
             cwd=cwd,

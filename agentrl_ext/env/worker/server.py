@@ -230,7 +230,7 @@ class TaskWorker:
         if result.reward is not None:
             session.reward = float(result.reward)
         session.metrics.update(result.metrics)
-        return result.status, None
+        return result.status, result.error
 
     async def _next_turn(self, running: _Running, turn: asyncio.Future[TurnOutput]) -> TurnOutput:
         """Wait for the environment's turn, enforcing ``step_time_limit_s``."""

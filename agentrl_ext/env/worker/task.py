@@ -84,6 +84,9 @@ class SampleResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     result: Any = None
     """Task-specific outcome, kept for ``calculate_overall``."""
+    error: str | None = None
+    """Why the sample ended without a normal outcome (e.g. its set-up failed): the ``error``
+    the agent's last answer carries."""
 
 
 @dataclass(slots=True)

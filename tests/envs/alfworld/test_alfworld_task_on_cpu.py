@@ -12,6 +12,7 @@ from alfworld_helpers import SHARED_DATA
 from envs.alfworld.actions import normalize, other_wording, resolve
 from envs.alfworld.data import load_split
 from envs.alfworld.prompts import SYSTEM_PROMPT, TOOLS, intro_text, observation_text, user_prompt
+from envs.alfworld.task import ALFWorldTask
 
 # sha256 of the string returned by get_task_instruction() in AgentBench's
 # src/server/tasks/alfworld/task.py @ 578c5e9 (computed from that file, not from this project)
@@ -102,3 +103,9 @@ def test_commands_are_matched_like_agentbench_on_cpu():
     # nothing in common: the text goes to the game unchanged
     assert resolve("xyzzy", ["look", "inventory"]).command == "xyzzy"
     assert resolve("go to cabinet one", choices, fuzzy=False).how == "unmatched"
+
+
+@pytest.mark.parametrize(("split", "label"), [("new_std", "alfworld-std"), ("dev", "alfworld-dev")])
+def test_results_name_the_benchmark_and_the_invalid_action_rule_on_cpu(alfworld_data_dir, split, label):
+    overall = ALFWorldTask(split=split, data_dir=alfworld_data_dir).calculate_overall([])
+    assert (overall["benchmark"], overall["invalid_action_rule"]) == (label, "feedback")

@@ -37,26 +37,35 @@ def wrong_plan(plan: list[str], steps: int = 20) -> list[str]:
 
 @pytest.fixture(scope="module")
 def alfworld(tmp_path_factory, alfworld_data_dir) -> Iterator[dict[str, Any]]:
-    """A controller with three workers: ``alfworld`` (new_std), ``alfworld-train`` and ``alfworld-feedback``."""
+    """A controller with three workers: ``alfworld`` (new_std, ``on_invalid_action="end"``), ``alfworld-train``
+    and ``alfworld-feedback`` (the default rule, AgentBench-FC's)."""
     require_engine()
     data = str(alfworld_data_dir)
     with EnvServers(tmp_path_factory.mktemp("alfworld")) as servers:
         controller = servers.controller()
         workers = {
             "alfworld": servers.worker(
-                controller, ALFWORLD_TASK, name="alfworld", task_kwargs={"data_dir": data}
+                controller,
+                ALFWORLD_TASK,
+                name="alfworld",
+                task_kwargs={"data_dir": data, "on_invalid_action": "end"},
             ),
             "alfworld-train": servers.worker(
                 controller,
                 ALFWORLD_TASK,
                 name="alfworld-train",
-                task_kwargs={"data_dir": data, "split": "train", "name": "alfworld-train"},
+                task_kwargs={
+                    "data_dir": data,
+                    "split": "train",
+                    "name": "alfworld-train",
+                    "on_invalid_action": "end",
+                },
             ),
             "alfworld-feedback": servers.worker(
                 controller,
                 ALFWORLD_TASK,
                 name="alfworld-feedback",
-                task_kwargs={"data_dir": data, "on_invalid_action": "feedback", "name": "alfworld-feedback"},
+                task_kwargs={"data_dir": data, "name": "alfworld-feedback"},  # the default rule
             ),
         }
         for task in workers:
@@ -241,11 +250,13 @@ def test_same_action_three_times_from_step_four_ends_the_episode_on_cpu(alfworld
     assert (last["finish"], last["status"], last["reward"]) == (True, "agent invalid action", 0.0)
 
 
-def test_feedback_policy_answers_like_agentbench_on_cpu(alfworld, sample):
+def test_default_rule_answers_like_agentbench_fc_on_cpu(alfworld, sample):
     index, plan = next(iter(sample.items()))
     client = RawClient(alfworld["controller"].api, task="alfworld-feedback")
     session, _ = client.start(index)
     answer = client.step(session, content="no tool call here")
+    # AgentBench-FC's alfworld task answers a turn without a tool call with this user message
+    assert NO_TOOL_CALL == "No executable tool calls found. Please call a tool instead"
     assert answer["status"] == "running" and answer["messages"] == [{"role": "user", "content": NO_TOOL_CALL}]
     answer = client.step(session, call("{not json"))
     assert answer["status"] == "running" and answer["messages"] == [
@@ -256,6 +267,12 @@ def test_feedback_policy_answers_like_agentbench_on_cpu(alfworld, sample):
     assert first["status"] == "running" and first["messages"][0]["tool_call_id"] == "w"
     done = client.play(session, plan[1:])
     assert (done["finish"], done["status"], done["reward"]) == (True, "agent invalid action", 1.0), done
+    # each turn without a tool call counts against the 20-step limit
+    session, _ = client.start(index)
+    for _ in range(19):
+        assert client.step(session, content="no tool call here")["status"] == "running"
+    last = client.step(session, content="no tool call here")
+    assert (last["finish"], last["status"], last["reward"]) == (True, "task limit reached", 0.0), last
 
 
 def _game_processes(worker: ServerProcess) -> set[int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import shutil
 
 import pytest
@@ -240,13 +239,16 @@ def test_tools_and_round_limit_are_agentbench_fc_on_cpu(dbbench_data_dir):
     )
 
 
-def test_splits_and_train_fallback_on_cpu(dbbench_data_dir, tmp_path, caplog):
+def test_splits_and_a_missing_train_split_is_an_error_on_cpu(dbbench_data_dir, tmp_path):
     assert [len(load_split(s, dbbench_data_dir)[1]) for s in ("standard", "std", "dev")] == [300, 300, 60]
-    with caplog.at_level(logging.WARNING):
-        split, samples = load_split("train", dbbench_data_dir)  # db_out_new.jsonl is not vendored
-    assert (split, len(samples)) == ("dev", 60)
-    assert "agentrl-data fetch --only agentbench-large" in caplog.text
-    assert DBBenchTask(split="train", data_dir=dbbench_data_dir).split == "dev"
+    # db_out_new.jsonl is not vendored: an error that names the fix, never the dev split unasked
+    fix = (
+        r"agentrl-data fetch --only agentbench-large.*split='dev'.*agentrl.envs.task_kwargs.dbbench.split=dev"
+    )
+    with pytest.raises(DataError, match=fix):
+        load_split("train", dbbench_data_dir)
+    with pytest.raises(DataError, match="db_out_new.jsonl"):
+        DBBenchTask(split="train", data_dir=dbbench_data_dir)
     with pytest.raises(ValueError, match="unknown DBBench split 'valid'"):
         load_split("valid", dbbench_data_dir)
     empty = tmp_path / "empty"
@@ -273,3 +275,15 @@ def test_task_settings_are_checked_on_cpu(dbbench_data_dir):
         "127.0.0.1", 3307, None, "root", "pw"
     )
     assert DBBenchTask(data_dir=dbbench_data_dir).backend_name == "sqlite"
+
+
+def test_the_evaluation_output_records_the_invalid_action_rule_on_cpu(dbbench_data_dir):
+    default = DBBenchTask(data_dir=dbbench_data_dir, backend="sqlite", limit=1)
+    assert default.calculate_overall([])["invalid_action_rule"] == "feedback"  # AgentBench-FC's rule
+    assert default.calculate_overall([])["benchmark"] == "dbbench-std"
+    assert (
+        DBBenchTask(split="dev", data_dir=dbbench_data_dir).calculate_overall([])["benchmark"]
+        == "dbbench-dev"
+    )
+    strict = DBBenchTask(data_dir=dbbench_data_dir, backend="sqlite", limit=1, on_invalid_action="end")
+    assert strict.calculate_overall([])["invalid_action_rule"] == "end"

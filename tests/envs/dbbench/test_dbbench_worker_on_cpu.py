@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from dbbench_helpers import DBBENCH_TASK, RawClient, call, start_private_mariadb
 from agentrl_ext.testing.env_servers import EnvServers, list_workers, wait_until
 from envs.dbbench.backends import ServerAddress
 from envs.dbbench.data import load_split
-from envs.dbbench.prompts import NO_TOOL_CALL, SYSTEM_PROMPT, TOOLS, UNKNOWN_TOOL
+from envs.dbbench.prompts import SYSTEM_PROMPT, TOOLS
 
 STATEMENT_TIMEOUT_S = 2.0
 # a statement that runs until the statement timeout stops it
@@ -45,6 +46,7 @@ def dbbench(request, tmp_path_factory, dbbench_data_dir) -> Iterator[tuple[str, 
         "data_dir": str(dbbench_data_dir),
         "backend": backend,
         "statement_timeout_s": STATEMENT_TIMEOUT_S,
+        "on_invalid_action": "end",
     }
     if backend == "mariadb":
         kwargs["mariadb_url"] = request.getfixturevalue("mariadb_server").url
@@ -190,8 +192,8 @@ def test_worker_is_healthy_after_everything_on_cpu(dbbench):
 # ------------------------------------------------------------------------------------ feedback
 
 
-def test_feedback_policy_answers_like_agentbench_on_cpu(tmp_path, dbbench_data_dir):
-    kwargs = {"data_dir": str(dbbench_data_dir), "backend": "sqlite", "on_invalid_action": "feedback"}
+def test_default_rule_answers_like_agentbench_fc_and_counts_rounds_on_cpu(tmp_path, dbbench_data_dir):
+    kwargs = {"data_dir": str(dbbench_data_dir), "backend": "sqlite"}  # the default rule, AgentBench-FC's
     with EnvServers(tmp_path) as servers:
         controller = servers.controller()
         servers.worker(controller, DBBENCH_TASK, task_kwargs=kwargs)
@@ -201,12 +203,117 @@ def test_feedback_policy_answers_like_agentbench_on_cpu(tmp_path, dbbench_data_d
         session, _ = client.start(0)
         answer = client.step(session, content="Let me think.")
         assert answer["status"] == "running" and answer["messages"] == [
-            {"role": "user", "content": NO_TOOL_CALL}
+            {"role": "user", "content": "Internal error: No tool calls found despite finish reason."}
         ]
         answer = client.step(session, call("drop_everything", {"x": 1}))
         assert answer["status"] == "running"
-        assert answer["messages"] == [{"role": "tool", "tool_call_id": "call-0", "content": UNKNOWN_TOOL}]
+        assert answer["messages"] == [
+            {
+                "role": "tool",
+                "tool_call_id": "call-0",
+                "content": "Invalid function call. Please call a tool instead.",
+            }
+        ]
         assert client.commit(session, list(samples[0].label))["reward"] == 1.0
+        # each turn without a tool call counts against the 15-round limit
+        session, _ = client.start(0)
+        for _ in range(14):
+            assert client.step(session, content="Let me think.")["status"] == "running"
+        last = client.step(session, content="Let me think.")
+        assert (last["finish"], last["status"], last["reward"]) == (True, "task limit reached", 0.0), last
+
+
+# ------------------------------------------------------------- what the agent does to its connection
+
+# (statements, what the last one shows the agent): each ends or breaks the agent's own MariaDB
+# connection or account; none may end the episode as "task error" (which the trainer drops
+# instead of punishing): the agent sees the error and the episode goes on.
+OWN_CONNECTION_ESCAPES = {
+    "kill-connection": (["KILL CONNECTION_ID()"], "1927: Connection was killed"),
+    "grant-to-self": (["GRANT ALL PRIVILEGES ON *.* TO CURRENT_USER()"], "1045: Access denied for user"),
+    "idle-past-wait-timeout": (["SET SESSION wait_timeout = 1", "IDLE", "SELECT 1"], "[(1,)]"),
+    "password-then-kill": (
+        ["SET PASSWORD = PASSWORD('changed')", "KILL CONNECTION_ID()", "SELECT 1"],
+        "[(1,)]",
+    ),
+    "drop-own-database-then-kill": (["DROP DATABASE `OWN`", "KILL CONNECTION_ID()", "SELECT 1"], "[(1,)]"),
+    "lift-statement-time-limit": (
+        ["SET SESSION max_statement_time = 0", ENDLESS["mariadb"]],
+        "Error: SQL execution timed out.",
+    ),
+}
+
+
+@pytest.mark.parametrize("escape", list(OWN_CONNECTION_ESCAPES))
+def test_what_the_agent_does_to_its_own_connection_is_not_a_task_error_on_cpu(
+    dbbench, dbbench_data_dir, escape
+):
+    backend, client, _ = dbbench
+    if backend != "mariadb":
+        pytest.skip("a MariaDB connection")
+    statements, shown = OWN_CONNECTION_ESCAPES[escape]
+    session, _ = client.start(0)
+    own = client.sql(session, "SELECT DATABASE()")["messages"][0]["content"]  # [('dbbench_...',)]
+    answer: dict[str, Any] = {}
+    for statement in statements:
+        if statement == "IDLE":  # longer than the wait_timeout the agent set: the server hangs up
+            time.sleep(3)
+            continue
+        answer = client.sql(session, statement.replace("OWN", own[3:-4]))
+        assert (answer["finish"], answer["status"]) == (False, "running"), (escape, statement, answer)
+    assert answer["messages"][0]["content"].startswith(shown), (escape, answer)
+    # the agent goes on and answers: scored like any episode (sample 0 is a question: the label wins)
+    assert client.sql(session, "SELECT 1")["messages"][0]["content"] == "[(1,)]"
+    label = list(load_split("standard", dbbench_data_dir)[1][0].label)
+    done = client.commit(session, label)
+    assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 1.0), (escape, done)
+
+
+def test_a_modification_survives_the_agent_ending_its_connection_before_the_commit_on_cpu(
+    dbbench, dbbench_data_dir
+):
+    backend, client, _ = dbbench
+    if backend != "mariadb":
+        pytest.skip("a MariaDB connection")
+    index = first_of_each_type(dbbench_data_dir)["INSERT"]
+    sample = load_split("standard", dbbench_data_dir)[1][index]
+    session, _ = client.start(index)
+    client.sql(session, sample.gold_sql)
+    client.sql(session, "SET SESSION wait_timeout = 1")
+    time.sleep(3)  # the server hangs up on the idle connection; the tables are hashed all the same
+    done = client.commit(session, ["done"])
+    assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 1.0), done
+
+
+# ------------------------------------------------------------------------ no file on the host
+
+
+def test_sqlite_sql_cannot_touch_the_hosts_files_on_cpu(dbbench, tmp_path):
+    backend, client, _ = dbbench
+    if backend != "sqlite":
+        pytest.skip("the SQLite backend runs the agent's SQL in the worker process")
+    target = tmp_path / "written-by-the-agent"
+    target.mkdir()
+    # (the attack, SQLite's refusal as the agent sees it)
+    attacks = [
+        (f"ATTACH DATABASE '{target / 'attached.db'}' AS stolen", "not authorized"),
+        (f"VACUUM INTO '{target / 'copy.db'}'", "authorization denied"),
+        (
+            "SELECT load_extension('/usr/lib/x86_64-linux-gnu/libc.so.6')",
+            "not authorized to use function: load_extension",
+        ),
+        (f"PRAGMA temp_store_directory = '{target}'", "not authorized"),
+    ]
+    session, _ = client.start(0)
+    for attack, refusal in attacks:
+        answer = client.sql(session, attack)
+        assert answer["status"] == "running", (attack, answer)
+        assert answer["messages"][0]["content"] == f"SQLite execution error: {refusal}", (attack, answer)
+    assert list(target.iterdir()) == []
+    # what stays in the episode's memory still works: a temporary database, a plain VACUUM
+    assert client.sql(session, "ATTACH DATABASE ':memory:' AS scratch")["messages"][0]["content"] == "[]"
+    assert client.sql(session, "VACUUM")["messages"][0]["content"] == "[]"
+    assert client.commit(session, ["x"])["status"] == "completed"
 
 
 # ------------------------------------------------------------------------------ a killed server

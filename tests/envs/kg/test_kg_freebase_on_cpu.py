@@ -43,6 +43,10 @@ def test_agentbench_questions_load_with_a_sparql_url_on_cpu(data_dir, split, cou
     assert first.question == rows[0]["question"] and first.entities == rows[0]["entities"]
     assert first.gold == {a["answer_argument"] for a in rows[0]["answer"]}
     assert task.one_shot == (split in ("std", "test"))  # as AgentBench's kg-std / kg-env_train
+    # only AgentBench's own questions on Freebase carry AgentBench's name
+    assert task.calculate_overall([])["benchmark"] == (
+        "kg-std" if split in ("std", "test") else f"kg-{split}"
+    )
     task.backend.close()  # type: ignore[attr-defined]
 
 

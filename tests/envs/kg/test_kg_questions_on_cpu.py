@@ -16,7 +16,7 @@ import pytest
 
 from envs.kg.offline import build_offline_graph
 from envs.kg.questions import TEMPLATES, generate_questions, split_questions
-from envs.kg.task import f1
+from envs.kg.task import KGTask, f1
 
 
 @cache
@@ -127,3 +127,9 @@ def test_splits_are_deterministic_disjoint_and_mixed_on_cpu():
 )
 def test_f1_on_cpu(predicted, gold, expected):
     assert f1(predicted, gold) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("split", "label"), [("test", "kg-offline"), ("dev", "kg-offline-dev")])
+def test_offline_results_are_not_labelled_kg_std_on_cpu(split, label):
+    overall = KGTask(split=split).calculate_overall([])
+    assert (overall["benchmark"], overall["invalid_action_rule"]) == (label, "feedback")

@@ -39,15 +39,16 @@ def kg(tmp_path_factory) -> Iterator[tuple[RawClient, RawClient]]:
     """(client of ``kg``, client of ``kg_feedback``): two workers of the test split behind one controller."""
     with EnvServers(tmp_path_factory.mktemp("kg")) as servers:
         controller = servers.controller()
-        servers.worker(controller, KG_TASK, name="kg", task_kwargs={"split": "test"})
+        servers.worker(
+            controller, KG_TASK, name="kg", task_kwargs={"split": "test", "on_invalid_action": "end"}
+        )
         servers.worker(
             controller,
             KG_TASK,
             name="kg_feedback",
             task_kwargs={
                 "split": "test",
-                "name": "kg_feedback",
-                "on_invalid_action": "feedback",
+                "name": "kg_feedback",  # the default rule, AgentBench-FC's
                 "max_round": MAX_ROUND,
             },
         )
@@ -176,7 +177,7 @@ def test_tool_errors_go_back_to_the_agent_on_cpu(kg, test_split):
     assert done["status"] == "completed"
 
 
-def test_feedback_policy_answers_like_agentbench_and_counts_rounds_on_cpu(kg):
+def test_default_rule_answers_like_agentbench_fc_and_counts_rounds_on_cpu(kg):
     _, client = kg
     session, _ = client.start(2)
     steps = [

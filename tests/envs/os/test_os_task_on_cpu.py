@@ -180,3 +180,10 @@ def test_docker_is_required_unless_local_is_asked_for_on_cpu(os_data_dir, tmp_pa
 def test_bad_settings_name_the_value_on_cpu(os_data_dir, kwargs, message):
     with pytest.raises(ValueError, match=message):
         OSTask(data_dir=str(os_data_dir), **kwargs)
+
+
+def test_results_name_the_benchmark_and_the_invalid_action_rule_on_cpu(os_data_dir):
+    overall = OSTask(data_dir=str(os_data_dir)).calculate_overall([])
+    assert (overall["benchmark"], overall["invalid_action_rule"]) == ("os-std", "feedback")
+    strict = OSTask(data_dir=str(os_data_dir), split="dev", on_invalid_action="end").calculate_overall([])
+    assert (strict["benchmark"], strict["invalid_action_rule"]) == ("os-dev", "end")

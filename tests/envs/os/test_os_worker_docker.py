@@ -53,7 +53,7 @@ def sampled_indices(items: list[tuple[dict[str, Any], Path]]) -> list[int]:
 
 @pytest.fixture(scope="module")
 def os_worker(tmp_path_factory, os_data_dir, os_docker_host) -> Iterator[tuple[RawClient, EnvServers]]:
-    kwargs = {"data_dir": str(os_data_dir), "command_timeout_s": TIMEOUT_S}
+    kwargs = {"data_dir": str(os_data_dir), "command_timeout_s": TIMEOUT_S, "on_invalid_action": "end"}
     with EnvServers(tmp_path_factory.mktemp("os")) as servers:
         controller = servers.controller()
         servers.worker(controller, OS_TASK, name="os", task_kwargs=kwargs)
@@ -100,6 +100,41 @@ def test_example_solutions_score_1_and_wrong_answers_0(os_worker, os_data_dir):
         session, _ = client.start(index)  # wrong: no work done, an answer that is no answer
         wrong = client.answer(session, "certainly-not-the-answer")
         assert (wrong["finish"], wrong["status"], wrong["reward"]) == (True, "completed", 0.0), (index, wrong)
+
+
+# The reward hack: replace every copy of an interpreter the check scripts use with `exit 0`
+# (unlinked first: a running program cannot be written over), then answer anything.
+def replace_with_exit_0(*programs: str) -> str:
+    return (
+        f"for p in /usr/local/bin/python3 $(type -aP {' '.join(programs)} | sort -u); do "
+        'rm -f "$p"; printf \'#!/bin/sh\\nexit 0\\n\' > "$p"; chmod 755 "$p"; done; '
+        f"{programs[0]} -c 'exit 3'; echo replaced:$?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("index", "programs"),
+    [(0, ("python3", "python3.11")), (11, ("bash", "timeout"))],
+    ids=["python-check", "bash-check"],
+)
+def test_replacing_the_check_interpreter_with_exit_0_scores_0(os_worker, os_data_dir, index, programs):
+    client, _ = os_worker
+    item = raw_test_problems(os_data_dir)[index][0]
+    language = "python" if "python" in json.dumps(item["evaluation"]["check"]) else "bash"
+    assert language == ("python" if programs[0] == "python3" else "bash")  # the data still checks so
+    session, _ = client.start(index)
+    hacked = client.bash(session, replace_with_exit_0(*programs))
+    assert "replaced:0" in shown_output(hacked), hacked  # the container's own interpreter now passes all
+    wrong = client.answer(session, "certainly-not-the-answer")
+    assert (wrong["finish"], wrong["status"], wrong["reward"]) == (True, "completed", 0.0), wrong
+
+
+@pytest.mark.parametrize("index", [26, 55])
+def test_a_failed_init_script_ends_unknown_with_the_reason(os_worker, index):
+    client, _ = os_worker
+    _, opening = client.start(index)
+    assert (opening["finish"], opening["status"], opening["reward"]) == (True, "unknown", 0.0), opening
+    assert (opening.get("error") or "").startswith("init script 0 failed with exit code "), opening
 
 
 def test_shell_state_carries_over_and_long_output_is_cut(os_worker):
@@ -212,8 +247,8 @@ def test_containers_of_a_killed_worker_are_swept_when_a_worker_starts(tmp_path, 
         assert containers(engine, session) == []  # swept during the new worker's setup
 
 
-def test_feedback_policy_answers_like_agentbench(tmp_path, os_data_dir, os_docker_host):
-    kwargs = {"data_dir": str(os_data_dir), "on_invalid_action": "feedback"}
+def test_default_rule_answers_like_agentbench_fc_and_counts_rounds(tmp_path, os_data_dir, os_docker_host):
+    kwargs = {"data_dir": str(os_data_dir)}  # the default rule, AgentBench-FC's
     with EnvServers(tmp_path) as servers:
         controller = servers.controller()
         servers.worker(controller, OS_TASK, task_kwargs=kwargs)
@@ -233,3 +268,9 @@ def test_feedback_policy_answers_like_agentbench(tmp_path, os_data_dir, os_docke
             }
         ]
         assert client.finish(session)["status"] == "completed"
+        # each turn without a tool call counts against the 8-round limit
+        session, _ = client.start(0)
+        for _ in range(7):
+            assert client.step(session, content="ls")["status"] == "running"
+        last = client.step(session, content="ls")
+        assert (last["finish"], last["status"], last["reward"]) == (True, "task limit reached", 0.0), last

@@ -324,3 +324,6 @@ def test_missing_data_and_bad_settings_are_named_on_cpu(tmp_path: Path, webshop_
         WebShopTask(data_dir=webshop_data_dir, test_fraction=1.5)
     task = WebShopTask(data_dir=webshop_data_dir, split="std", limit=3)
     assert task.split == "test" and task.get_indices() == [0, 1, 2]
+    # the offline catalogue is not AgentBench's webshop-std, and its results say so
+    overall = task.calculate_overall([])
+    assert (overall["benchmark"], overall["invalid_action_rule"]) == ("webshop-offline", "feedback")

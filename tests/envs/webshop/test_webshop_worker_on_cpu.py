@@ -29,7 +29,10 @@ def webshop(tmp_path_factory, webshop_data_dir: Path) -> Iterator[RawClient]:
     with EnvServers(tmp_path_factory.mktemp("webshop")) as servers:
         controller = servers.controller()
         servers.worker(
-            controller, WEBSHOP_TASK, name="webshop", task_kwargs={"data_dir": str(webshop_data_dir)}
+            controller,
+            WEBSHOP_TASK,
+            name="webshop",
+            task_kwargs={"data_dir": str(webshop_data_dir), "on_invalid_action": "end"},
         )
         servers.wait_routable(controller, "webshop", timeout_s=120)
         yield RawClient(controller.api)
@@ -198,8 +201,8 @@ def test_the_trainers_client_plays_through_the_controller_on_cpu(
     assert reward == 1.0 and list(indices) == list(range(len(test_goals)))
 
 
-def test_feedback_policy_answers_like_agentbench_on_cpu(tmp_path, webshop_data_dir: Path):
-    kwargs = {"data_dir": str(webshop_data_dir), "on_invalid_action": "feedback", "limit": 5}
+def test_default_rule_answers_like_agentbench_fc_and_counts_rounds_on_cpu(tmp_path, webshop_data_dir: Path):
+    kwargs = {"data_dir": str(webshop_data_dir), "limit": 5}  # the default rule, AgentBench-FC's
     with EnvServers(tmp_path) as servers:
         controller = servers.controller()
         servers.worker(controller, WEBSHOP_TASK, task_kwargs=kwargs)
@@ -225,5 +228,11 @@ def test_feedback_policy_answers_like_agentbench_on_cpu(tmp_path, webshop_data_d
         assert answer["messages"][1]["content"].startswith("Observation:\nWebShop [SEP] Instruction: [SEP] ")
         assert client.search(session, "shoes")["status"] == "running"
         client.cancel(session)
+        # each turn without a tool call counts against the 20-round limit
+        session, _ = client.start(1)
+        for _ in range(19):
+            assert client.step(session, content="Let me think.")["status"] == "running"
+        last = client.step(session, content="Let me think.")
+        assert (last["finish"], last["status"], last["reward"]) == (True, "task limit reached", 0.0), last
         with pytest.raises(AssertionError, match="index 5 is not an index of task 'webshop'"):
             client.start(5)  # limit=5: five goals
