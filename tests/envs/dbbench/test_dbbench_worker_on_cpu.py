@@ -244,13 +244,12 @@ OWN_CONNECTION_ESCAPES = {
 }
 
 
+@pytest.mark.parametrize("dbbench", ["mariadb"], indirect=True)  # the agent's own MariaDB connection
 @pytest.mark.parametrize("escape", list(OWN_CONNECTION_ESCAPES))
 def test_what_the_agent_does_to_its_own_connection_is_not_a_task_error_on_cpu(
     dbbench, dbbench_data_dir, escape
 ):
-    backend, client, _ = dbbench
-    if backend != "mariadb":
-        pytest.skip("a MariaDB connection")
+    _backend, client, _ = dbbench
     statements, shown = OWN_CONNECTION_ESCAPES[escape]
     session, _ = client.start(0)
     own = client.sql(session, "SELECT DATABASE()")["messages"][0]["content"]  # [('dbbench_...',)]
@@ -269,12 +268,11 @@ def test_what_the_agent_does_to_its_own_connection_is_not_a_task_error_on_cpu(
     assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 1.0), (escape, done)
 
 
+@pytest.mark.parametrize("dbbench", ["mariadb"], indirect=True)  # the agent's own MariaDB connection
 def test_a_modification_survives_the_agent_ending_its_connection_before_the_commit_on_cpu(
     dbbench, dbbench_data_dir
 ):
-    backend, client, _ = dbbench
-    if backend != "mariadb":
-        pytest.skip("a MariaDB connection")
+    _backend, client, _ = dbbench
     index = first_of_each_type(dbbench_data_dir)["INSERT"]
     sample = load_split("standard", dbbench_data_dir)[1][index]
     session, _ = client.start(index)
@@ -288,10 +286,9 @@ def test_a_modification_survives_the_agent_ending_its_connection_before_the_comm
 # ------------------------------------------------------------------------ no file on the host
 
 
+@pytest.mark.parametrize("dbbench", ["sqlite"], indirect=True)  # SQLite runs the agent's SQL in the worker
 def test_sqlite_sql_cannot_touch_the_hosts_files_on_cpu(dbbench, tmp_path):
-    backend, client, _ = dbbench
-    if backend != "sqlite":
-        pytest.skip("the SQLite backend runs the agent's SQL in the worker process")
+    _backend, client, _ = dbbench
     target = tmp_path / "written-by-the-agent"
     target.mkdir()
     # (the attack, SQLite's refusal as the agent sees it)
