@@ -120,7 +120,9 @@ def stop_quietly(proc: subprocess.Popen[bytes], engine: docker.DockerClient, *ow
 def test_up_docker_serves_kg_from_its_container_and_ctrl_c_removes_it(engine, question, tmp_path):
     proc = launcher_owner = None
     try:
-        proc, api, launcher_owner = start_launcher(engine, tmp_path)
+        proc, api, launcher_owner = start_launcher(
+            engine, tmp_path, TASK, "--split", "test"
+        )  # the question is the test split's
         (container,) = owned(engine, launcher_owner)
         assert container.status == "running" and IMAGE in container.image.tags
         assert container.attrs["HostConfig"]["NetworkMode"] == "host"
