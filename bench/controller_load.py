@@ -30,24 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from latency_stats import ECHO_STEP, cpu_seconds, percentile
 
 from agentrl_ext.testing.env_servers import ECHO_TASK, REPO, EnvServers
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-ECHO_STEP = [
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": '{"text": "ping"}'}}
-        ],
-    }
-]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def rss_mb(pid: int) -> float:
@@ -55,12 +40,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 @dataclass

@@ -31,30 +31,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import aiohttp
+from latency_stats import ECHO_STEP, cpu_seconds, percentile
 
 from agentrl_ext.testing.env_servers import ECHO_TASK, REPO, EnvServers, ServerProcess, wait_routable
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-ECHO_STEP = [
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": '{"text": "ping"}'}}
-        ],
-    }
-]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 @dataclass
