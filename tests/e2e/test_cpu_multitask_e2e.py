@@ -86,7 +86,9 @@ def test_main_job_shortened_on_cpu(tmp_path):
     after = json.loads((run / "eval" / "after_rl.json").read_text())
     assert sorted(before["summary"]) == sorted(after["summary"]) == sorted(TASKS)
     # 3 held-out seeds (agentrl.eval.num_samples above) x the recipe's 4 episodes each, sampled at 0.7
-    assert all(len([e for e in r["episodes"] if e["task"] == t]) == 12 for r in (before, after) for t in TASKS)
+    assert all(
+        len([e for e in r["episodes"] if e["task"] == t]) == 12 for r in (before, after) for t in TASKS
+    )
     assert before["settings"]["temperature"] == after["settings"]["temperature"] == 0.7
     assert before["settings"]["model_path"] == str(run / "sft" / "global_step_2" / "huggingface")
     assert after["settings"]["model_path"] == str(run / "global_step_1" / "actor" / "huggingface")
