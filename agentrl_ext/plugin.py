@@ -66,7 +66,7 @@ def _estimator() -> None:
 
     @register_adv_est(ESTIMATOR_NAME)
     def task_norm_grpo(**kwargs: Any) -> Any:
-        from agentrl_ext.algos.task_norm import task_norm_grpo_estimator
+        from agentrl_ext.algos.estimator import task_norm_grpo_estimator
 
         return task_norm_grpo_estimator(**kwargs)
 

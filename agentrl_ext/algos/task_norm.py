@@ -6,7 +6,7 @@ AgentRL normalizes per task i over all of task i's loss-masked tokens in the bat
     Ã = (Â − μ_i) / (σ_i + 1e-6),   μ_i, σ_i = mean, std of {Â_t : t in task i, mask_t = 1}
 
 so that tasks with different reward scales and lengths contribute comparably to one
-multi-task batch. Registered in verl as ``algorithm.adv_estimator=task_norm_grpo``.
+multi-task batch.
 
 Zero spread means zero advantage, at both stages. verl's float32 GRPO turns a group whose
 rewards are all equal into rounding noise (rewards −0.2 in a group of 8 give +0.015), and the
@@ -24,6 +24,9 @@ to +0.17 (σ_i 0.3–0.9): every episode of an all-failed group was pushed up or
 0.35 for no reason but the length statistics of other groups. A group with no reward spread
 carries no signal, so here it gets none; the informative groups are normalized exactly as the
 paper's formula says.
+
+The verl entry point (``algorithm.adv_estimator=task_norm_grpo``, with per-turn credit) is
+:mod:`agentrl_ext.algos.estimator`.
 """
 
 from __future__ import annotations
@@ -34,9 +37,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl_ext.algos import task_context
-
-ESTIMATOR_NAME = task_context.ESTIMATOR_NAME
 TASK_NORM_EPS = 1e-6
 #: values spread by at most this much (times max(1, |largest value|)) count as all equal
 FLAT_TOL = 1e-6
@@ -168,43 +168,3 @@ def compute_task_normalized_advantage(
         # samples that carry a learning signal (their group has reward spread)
         metrics[prefix + "informative_samples"] = float((informative & rows).sum())
     return advantages, advantages, metrics
-
-
-def task_norm_grpo_estimator(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray | None = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl entry point (``algorithm.adv_estimator=task_norm_grpo``, registered by :mod:`agentrl_ext.plugin`).
-
-    The tasks come from ``kwargs["tasks"]`` when a caller passes them, else from
-    :mod:`agentrl_ext.algos.task_context`, which our ``agentrl_sync`` trainer fills.
-    """
-    if index is None:
-        raise ValueError(f"{ESTIMATOR_NAME} needs the GRPO group ids (uid); verl passes them as `index`")
-    tasks = kwargs.get("tasks")
-    if tasks is None:
-        tasks = task_context.tasks_for(index)
-    if tasks is None:
-        raise ValueError(
-            f"algorithm.adv_estimator={ESTIMATOR_NAME} needs each sample's task, which verl does not pass to "
-            f"advantage estimators. Use trainer.v1.trainer_mode=agentrl_sync (it publishes the batch's tasks), "
-            f"or wrap the call in agentrl_ext.algos.task_context.batch_tasks({{uid: task}})."
-        )
-    norm_by_std = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
-    advantages, returns, metrics = compute_task_normalized_advantage(
-        token_level_rewards, response_mask, index, tasks, norm_adv_by_std_in_grpo=norm_by_std
-    )
-    turns = task_context.turns_for(index)
-    if turns is not None and turns.weight > 0:
-        from agentrl_ext.algos.turn_credit import add_turn_credit  # it builds on this module
-
-        advantages, turn_metrics = add_turn_credit(
-            advantages, token_level_rewards, response_mask, tasks, turns
-        )
-        metrics.update(turn_metrics)
-        returns = advantages
-    task_context.record_metrics(metrics)
-    return advantages, returns

@@ -4,10 +4,10 @@
 through :class:`~agentrl_ext.platform.verl_compat.TrainerStepHooks` (the one place that touches
 verl's private per-step methods) and adds:
 
-- ``around_advantage``: publishes each sample's task (``data_source``) for the
-  ``task_norm_grpo`` estimator (verl passes estimators only the uid), and with
-  ``agentrl.turn_credit.weight`` > 0 each sample's turn records (:mod:`agentrl_ext.algos.turn_credit`),
-  then logs per-task episode metrics and cross-policy metrics for the batch;
+- ``around_advantage``: hands each sample's task (``data_source``) to the ``task_norm_grpo``
+  estimator (verl passes estimators only the uid), and with ``agentrl.turn_credit.weight`` > 0
+  each sample's turn records (:mod:`agentrl_ext.algos.task_context`), the estimator adding its
+  metrics to the step's; then logs per-task episode metrics and cross-policy metrics for the batch;
 - ``after_old_log_prob``: with cross-policy sampling on, logs each pool's importance ratio
   π_θ / π_behaviour at the start of the update (``agentrl/cross_policy/ratio_*``);
 - ``get_llm_client``: with cross-policy sampling on, the agent loops get a client that routes
@@ -20,7 +20,6 @@ verl's private per-step methods) and adds:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 from collections import defaultdict
@@ -35,6 +34,7 @@ from verl.utils.debug import marked_timer
 
 from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
+from agentrl_ext.algos.turn_credit import BatchTurns
 from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
 from agentrl_ext.platform.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
@@ -135,10 +135,10 @@ class FailedBatches:
         )
 
 
-def batch_turns(samples: dict[str, list[Any]], credit: TurnCreditConfig) -> task_context.BatchTurns:
+def batch_turns(samples: dict[str, list[Any]], credit: TurnCreditConfig) -> BatchTurns:
     """The per-turn records of a batch (:func:`batch_samples`) for ``agentrl.turn_credit``."""
     info = [extra.get("agentrl", {}) for extra in samples["extra_fields"]]
-    return task_context.BatchTurns(
+    return BatchTurns(
         uids=list(samples["uid"]),
         states=[list(i.get("turn_states", [])) for i in info],
         offsets=[[int(o) for o in i.get("turn_offsets", [])] for i in info],
@@ -222,22 +222,26 @@ class AgentRLTrainerHooks(TrainerStepHooks):
             with marked_timer("update_weights_stale_pool", self.timing_raw, color="red"):
                 self.stale_pool.refresh(self.global_steps)
         super().on_step_end()  # type: ignore[misc]  # verl's trainer, after this mixin
-        if self.stale_pool is not None and self.stale_pool.version is not None:
-            task_context.record_metrics(
-                {"agentrl/cross_policy/stale_version": float(self.stale_pool.version)}
-            )
+
+    def stale_pool_metrics(self) -> dict[str, float]:
+        """The weights version the stale pool serves (``agentrl/cross_policy/stale_version``)."""
+        if self.stale_pool is None or self.stale_pool.version is None:
+            return {}
+        return {"agentrl/cross_policy/stale_version": float(self.stale_pool.version)}
 
     @contextmanager
     def around_advantage(self, batch: Any, metrics: dict) -> Iterator[None]:
         samples = batch_samples(batch)
         tasks = samples["data_source"]
         credit = agentrl_config(self.config).turn_credit
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(task_context.batch_tasks(dict(zip(samples["uid"], tasks, strict=True))))
-            if credit.weight > 0:
-                stack.enter_context(task_context.batch_turns(batch_turns(samples, credit)))
+        context = task_context.BatchContext(
+            tasks={str(u): str(t) for u, t in zip(samples["uid"], tasks, strict=True)},
+            turns=batch_turns(samples, credit) if credit.weight > 0 else None,
+            metrics=metrics,
+        )
+        with task_context.estimating(context):
             yield
-        metrics.update(task_context.drain_metrics())
+        metrics.update(self.stale_pool_metrics())
         batch_metrics = episode_metrics(
             tasks, samples["reward"], samples["extra_fields"], global_step=self.global_steps
         )

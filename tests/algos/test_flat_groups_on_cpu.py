@@ -16,7 +16,7 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from agentrl_ext.algos import task_context
-from agentrl_ext.algos.task_norm import ESTIMATOR_NAME
+from agentrl_ext.algos.task_context import ESTIMATOR_NAME, BatchContext
 
 LENGTH = 6
 
@@ -44,9 +44,8 @@ def _batch(groups: list[tuple[str, str, list[float]]]) -> tuple[DataProto, list[
 
 def _advantages(data: DataProto, uids: list[str], tasks: list[str]) -> torch.Tensor:
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True})
-    with task_context.batch_tasks(dict(zip(uids, tasks, strict=True))):
+    with task_context.estimating(BatchContext(tasks=dict(zip(uids, tasks, strict=True)))):
         out = compute_advantage(data, adv_estimator=ESTIMATOR_NAME, num_repeat=1, config=config)
-    task_context.drain_metrics()
     return out.batch["advantages"]
 
 

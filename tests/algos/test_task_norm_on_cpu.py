@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from agentrl_ext.algos import task_context
-from agentrl_ext.algos.task_norm import ESTIMATOR_NAME, compute_task_normalized_advantage
+from agentrl_ext.algos.task_context import ESTIMATOR_NAME, BatchContext
+from agentrl_ext.algos.task_norm import compute_task_normalized_advantage
 
 
 def _reference(rewards: np.ndarray, mask: np.ndarray, uids: list[str], tasks: list[str]) -> np.ndarray:
@@ -88,7 +89,8 @@ def test_registered_estimator_reads_tasks_from_context_on_cpu():
     rewards, mask, uids, tasks = _random_batch(7)
     fn = get_adv_estimator_fn(ESTIMATOR_NAME)
     index = np.array(uids, dtype=object)
-    with task_context.batch_tasks(dict(zip(uids, tasks, strict=True))):
+    context = BatchContext(tasks=dict(zip(uids, tasks, strict=True)))
+    with task_context.estimating(context):
         adv, _ = fn(
             token_level_rewards=torch.tensor(rewards),
             response_mask=torch.tensor(mask),
@@ -97,9 +99,8 @@ def test_registered_estimator_reads_tasks_from_context_on_cpu():
         )
     expected = _reference(rewards.astype(np.float64), mask, uids, tasks)
     np.testing.assert_allclose(adv.numpy(), expected, atol=1e-4)
-    metrics = task_context.drain_metrics()
-    assert {f"agentrl/task/{t}/reward_mean" for t in tasks} <= set(metrics)
-    assert task_context.drain_metrics() == {}
+    assert {f"agentrl/task/{t}/reward_mean" for t in tasks} <= set(context.metrics)
+    assert task_context.current() is None  # nothing kept after the block
 
 
 def test_estimator_without_tasks_names_the_fix_on_cpu():
@@ -112,5 +113,5 @@ def test_estimator_without_tasks_names_the_fix_on_cpu():
 
 
 def test_unpublished_uid_is_named_on_cpu():
-    with task_context.batch_tasks({"a": "os"}), pytest.raises(KeyError, match="'b'"):
-        task_context.tasks_for(["a", "b"])
+    with pytest.raises(KeyError, match="'b'"):
+        BatchContext(tasks={"a": "os"}).tasks_for(["a", "b"])

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from agentrl_ext.algos import task_context
-from agentrl_ext.algos.task_norm import compute_task_normalized_advantage, task_norm_grpo_estimator
-from agentrl_ext.algos.turn_credit import spread_over_tokens, turn_advantages, turn_returns
+from agentrl_ext.algos.estimator import task_norm_grpo_estimator
+from agentrl_ext.algos.task_context import BatchContext
+from agentrl_ext.algos.task_norm import compute_task_normalized_advantage
+from agentrl_ext.algos.turn_credit import BatchTurns, spread_over_tokens, turn_advantages, turn_returns
 from agentrl_ext.config import AgentRLConfig
 
 ROOT3 = math.sqrt(3.0)
@@ -76,7 +78,7 @@ def _batch():
     rewards = torch.zeros(4, 5)
     rewards[:, 4] = torch.tensor([1.0, 0.0, 1.0, 0.0])
     uids = ["p", "p", "q", "q"]
-    turns = task_context.BatchTurns(
+    turns = BatchTurns(
         uids=uids,
         states=[["s0", "x"], ["s0", "y"], ["t0", "z"], ["t1", "w"]],
         offsets=[[0, 3]] * 4,
@@ -91,9 +93,10 @@ def test_the_estimator_adds_weight_times_the_turn_advantage_on_cpu():
     rewards, mask, uids, turns = _batch()
     tasks = ["guess"] * 4
     episode, _, _ = compute_task_normalized_advantage(rewards, mask, uids, tasks)
-    with task_context.batch_tasks(dict(zip(uids, tasks, strict=True))), task_context.batch_turns(turns):
+    context = BatchContext(tasks=dict(zip(uids, tasks, strict=True)), turns=turns)
+    with task_context.estimating(context):
         advantages, returns = task_norm_grpo_estimator(rewards, mask, index=uids)
-        metrics = task_context.drain_metrics()
+    metrics = context.metrics
     # s0: returns 1 and 0, mean 0.5, sample std sqrt(0.5): +-0.5 / sqrt(0.5) = +-1/sqrt(2) on the
     # first turn of p's two episodes; every other state is alone
     r = 1 / math.sqrt(2.0)
@@ -106,17 +109,17 @@ def test_the_estimator_adds_weight_times_the_turn_advantage_on_cpu():
 def test_weight_zero_or_no_records_leave_task_norm_grpo_as_it_was_on_cpu():
     rewards, mask, uids, turns = _batch()
     tasks = {"p": "guess", "q": "guess"}
-    with task_context.batch_tasks(tasks):
+    with task_context.estimating(BatchContext(tasks=tasks)):
         plain, _ = task_norm_grpo_estimator(rewards, mask, index=uids)
-        off = task_context.BatchTurns(**{**turns.__dict__, "weight": 0.0})
-        with task_context.batch_turns(off):
-            zero, _ = task_norm_grpo_estimator(rewards, mask, index=uids)
+    off = BatchTurns(**{**turns.__dict__, "weight": 0.0})
+    with task_context.estimating(BatchContext(tasks=tasks, turns=off)):
+        zero, _ = task_norm_grpo_estimator(rewards, mask, index=uids)
     assert torch.equal(plain, zero)
 
 
 def test_records_for_other_rows_are_refused_on_cpu():
     rewards, mask, uids, turns = _batch()
-    with task_context.batch_tasks({"p": "guess", "q": "guess"}), task_context.batch_turns(turns):
+    with task_context.estimating(BatchContext(tasks={"p": "guess", "q": "guess"}, turns=turns)):
         with pytest.raises(ValueError, match="uids differ"):
             task_norm_grpo_estimator(rewards, mask, index=["q", "q", "p", "p"])
 

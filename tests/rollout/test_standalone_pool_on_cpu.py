@@ -19,7 +19,6 @@ import torch
 from hydra import compose, initialize_config_dir
 from verl.checkpoint_engine import CheckpointEngineManager
 
-from agentrl_ext.algos import task_context
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
 from agentrl_ext.rollout.standalone_pool import StandalonePool
 from agentrl_ext.testing.tiny_model import tiny_model_path
@@ -119,7 +118,7 @@ def test_stale_pool_takes_the_actors_weights_through_verls_sync_every_stale_step
             assert _equal(state, served[version]), f"step {step}: stale replica should serve step {version}"
             assert _equal(state, weights) == (version == step)
         assert pool.version == version
-        assert task_context.drain_metrics()["agentrl/cross_policy/stale_version"] == version
+        assert trainer.stale_pool_metrics()["agentrl/cross_policy/stale_version"] == version
     refreshes = [0, *range(STALE_STEP, 2 * STALE_STEP + 2, STALE_STEP)]
     assert syncs == refreshes
     assert actor.send_count() == [len(refreshes)]  # the actor sent exactly once per refresh
