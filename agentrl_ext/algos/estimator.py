@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl_ext.algos.task_context import ESTIMATOR_NAME, current
+from agentrl_ext.algos.task_context import ESTIMATOR_NAME, BatchTurns, current
 from agentrl_ext.algos.task_norm import compute_task_normalized_advantage
-from agentrl_ext.algos.turn_credit import BatchTurns, add_turn_credit
+from agentrl_ext.algos.turn_credit import add_turn_credit
 
 
 def estimate(

@@ -19,16 +19,26 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # torch-free at run time: the entry point reads the constants below
-    from agentrl_ext.algos.turn_credit import BatchTurns
+from typing import Any
 
 #: the estimator that needs the batch's tasks, and the trainer modes that hand them over
 ESTIMATOR_NAME = "task_norm_grpo"
 TRAINER_MODE = "agentrl_sync"
 ASYNC_TRAINER_MODE = "agentrl_async"
 TRAINER_MODES = (TRAINER_MODE, ASYNC_TRAINER_MODE)
+
+
+@dataclass(frozen=True)
+class BatchTurns:
+    """Per row of the batch (in the estimator's row order): its uid and its turns' states, first
+    token offsets and lengths in the response; with ``agentrl.turn_credit``'s weight and gamma."""
+
+    uids: list[str]
+    states: list[list[str]]
+    offsets: list[list[int]]
+    lengths: list[list[int]]
+    weight: float
+    gamma: float
 
 
 @dataclass(frozen=True)

@@ -14,33 +14,21 @@ turn gets the episode advantage plus ``weight`` times the turn's (:mod:`agentrl_
 
 The agent loop records per turn the digest of its context and the offset of its first token in
 the response (``extra_fields["agentrl"]["turn_states"]``, ``["turn_offsets"]``, with
-``["turn_tokens"]``); the trainer hands them to the estimator as :class:`BatchTurns`.
+``["turn_tokens"]``); the trainer hands them to the estimator as
+:class:`~agentrl_ext.algos.task_context.BatchTurns`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
+from agentrl_ext.algos.task_context import BatchTurns
 from agentrl_ext.algos.task_norm import group_advantages
 
 EPS = 1e-6
-
-
-@dataclass(frozen=True)
-class BatchTurns:
-    """Per row of the batch (in the estimator's row order): its uid and its turns' states, first
-    token offsets and lengths in the response; with ``agentrl.turn_credit``'s weight and gamma."""
-
-    uids: list[str]
-    states: list[list[str]]
-    offsets: list[list[int]]
-    lengths: list[list[int]]
-    weight: float
-    gamma: float
 
 
 def turn_returns(num_turns: int, reward: float, gamma: float) -> list[float]:

@@ -13,21 +13,10 @@ The CPU platform is chosen only on hosts without CUDA, or when ``VERL_PLATFORM=c
 from __future__ import annotations
 
 import logging
-import os
 
 logger = logging.getLogger(__name__)
 
 _activated = False
-
-
-def cpu_platform_active() -> bool:
-    """Whether verl in this process will run on the CPU platform."""
-    from agentrl_ext.platform.cpu_platform import cpu_platform_requested, cuda_present
-
-    explicit = os.environ.get("VERL_PLATFORM", "").strip().lower()
-    if explicit:
-        return cpu_platform_requested()
-    return not cuda_present()
 
 
 def activate() -> None:
@@ -41,7 +30,13 @@ def activate() -> None:
     import agentrl_ext.platform.cpu_platform  # noqa: F401  (registers the "cpu" platform)
     import agentrl_ext.platform.gloo_checkpoint_engine  # noqa: F401  (registers the "gloo" checkpoint engine)
 
-    verl_compat.register_hf_rollout()
+    verl_compat.register_rollout(
+        "hf",
+        server_adapter="agentrl_ext.platform.hf_rollout.HFServerAdapter",
+        replica="agentrl_ext.platform.hf_rollout.HFReplica",
+    )
+    from agentrl_ext.platform.cpu_platform import cpu_platform_active
+
     if cpu_platform_active():
         verl_compat.use_gloo_process_group()
         verl_compat.use_gloo_in_torchrun_process_group()

@@ -123,7 +123,7 @@ def explicit_overrides() -> set[str]:
 
 def cpu_preflight(config: DictConfig) -> None:
     """The CPU platform's pre-Ray step: apply the CPU changes when verl runs on CPU."""
-    from agentrl_ext.platform import cpu_platform_active
+    from agentrl_ext.platform.cpu_platform import cpu_platform_active
 
     if cpu_platform_active():
         os.environ.setdefault("VERL_PLATFORM", "cpu")  # inherited by every Ray process

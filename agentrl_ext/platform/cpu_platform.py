@@ -122,6 +122,14 @@ def cpu_platform_requested() -> bool:
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME
 
 
+def cpu_platform_active() -> bool:
+    """Whether verl in this process will run on the CPU platform."""
+    explicit = os.environ.get("VERL_PLATFORM", "").strip().lower()
+    if explicit:
+        return cpu_platform_requested()
+    return not cuda_present()
+
+
 @PlatformRegistry.register(platform=PLATFORM_NAME)
 class PlatformCPU(PlatformBase):
     """verl platform for CPU-only hosts (gloo collectives, CPU Ray slots)."""

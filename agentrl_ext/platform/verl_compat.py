@@ -8,6 +8,7 @@ checks against the installed verl, so that a verl upgrade fails loudly there.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 import re
@@ -66,19 +67,19 @@ def check_verl_version() -> None:
         )
 
 
-def register_hf_rollout() -> None:
-    """Register the ``hf`` rollout in verl's two rollout registries."""
+def register_rollout(name: str, server_adapter: str, replica: str) -> None:
+    """Register rollout ``name`` in verl's two rollout registries: its async server adapter and its
+    replica class, each by dotted path (imported when verl first asks for them)."""
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    rollout_base._ROLLOUT_REGISTRY[("hf", "async")] = "agentrl_ext.platform.hf_rollout.HFServerAdapter"
+    rollout_base._ROLLOUT_REGISTRY[(name, "async")] = server_adapter
 
-    def _load_hf_replica() -> type:
-        from agentrl_ext.platform.hf_rollout import HFReplica
+    def _load_replica() -> type:
+        module, _, attr = replica.rpartition(".")
+        return getattr(importlib.import_module(module), attr)
 
-        return HFReplica
-
-    RolloutReplicaRegistry.register("hf", _load_hf_replica)
+    RolloutReplicaRegistry.register(name, _load_replica)
 
 
 def use_gloo_process_group() -> None:

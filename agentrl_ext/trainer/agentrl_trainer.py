@@ -34,7 +34,7 @@ from verl.utils.debug import marked_timer
 
 from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
-from agentrl_ext.algos.turn_credit import BatchTurns
+from agentrl_ext.algos.task_context import BatchTurns
 from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
 from agentrl_ext.platform.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient

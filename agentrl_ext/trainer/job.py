@@ -238,7 +238,7 @@ def _warm_start(
     config: DictConfig, agentrl: AgentRLConfig, controller_url: str, tasks: list[str], run_dir: Path
 ) -> None:
     from agentrl_ext.data.expert import DEFAULT_CARELESS_MOVE, EXPERTS, has_careless_action
-    from agentrl_ext.platform import cpu_platform_active
+    from agentrl_ext.platform.cpu_platform import cpu_platform_active
     from agentrl_ext.trainer.sft import run_sft, write_expert_dataset
 
     sft_tasks = list(agentrl.sft.tasks) or [t for t in tasks if t in EXPERTS]

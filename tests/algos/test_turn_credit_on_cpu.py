@@ -10,9 +10,9 @@ import torch
 
 from agentrl_ext.algos import task_context
 from agentrl_ext.algos.estimator import task_norm_grpo_estimator
-from agentrl_ext.algos.task_context import BatchContext
+from agentrl_ext.algos.task_context import BatchContext, BatchTurns
 from agentrl_ext.algos.task_norm import compute_task_normalized_advantage
-from agentrl_ext.algos.turn_credit import BatchTurns, spread_over_tokens, turn_advantages, turn_returns
+from agentrl_ext.algos.turn_credit import spread_over_tokens, turn_advantages, turn_returns
 from agentrl_ext.config import AgentRLConfig
 
 ROOT3 = math.sqrt(3.0)

@@ -121,7 +121,7 @@ def test_transfer_queue_threads_fit_the_machine_on_cpu(monkeypatch, caplog):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     monkeypatch.setattr(cpu_defaults, "apply_cpu_defaults", lambda *a, **k: [])
-    monkeypatch.setattr("agentrl_ext.platform.cpu_platform_active", lambda: True)
+    monkeypatch.setattr("agentrl_ext.platform.cpu_platform.cpu_platform_active", lambda: True)
     cpu_defaults.cpu_preflight(OmegaConf.create({}))
     threads = int(os.environ["TQ_NUM_THREADS"])
     assert threads <= cores
