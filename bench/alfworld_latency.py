@@ -33,7 +33,8 @@ from agentrl_ext.envs.alfworld.data import LISTS_DIR, load_split
 from agentrl_ext.envs.alfworld.engine import engine_missing
 from latency_stats import percentiles
 
-from agentrl_ext.data.store import DataError, data_dir, install_from, require
+from agentrl_ext.data.store import install_from
+from agentrl_ext.env.data_files import DataError, data_dir, require
 from agentrl_ext.testing.env_servers import REPO, EnvServers
 
 TASK = "agentrl_ext.envs.alfworld.task:ALFWorldTask"

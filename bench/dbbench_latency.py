@@ -34,7 +34,8 @@ import httpx
 from agentrl_ext.envs.dbbench.data import load_split
 from latency_stats import percentiles, rss_mb
 
-from agentrl_ext.data.store import DataError, data_dir, install_from, require
+from agentrl_ext.data.store import install_from
+from agentrl_ext.env.data_files import DataError, data_dir, require
 from agentrl_ext.testing.env_servers import REPO, EnvServers
 
 TASK = "agentrl_ext.envs.dbbench.task:DBBenchTask"

@@ -40,7 +40,8 @@ from agentrl_ext.envs.webshop.env import Episode, Shop
 from agentrl_ext.envs.webshop.goals import split_goals
 from latency_stats import percentiles, rss_mb
 
-from agentrl_ext.data.store import DataError, data_dir, install_from, require
+from agentrl_ext.data.store import install_from
+from agentrl_ext.env.data_files import DataError, data_dir, require
 from agentrl_ext.testing.env_servers import REPO, EnvServers
 from agentrl_ext.testing.vendored_data import vendored_data_dir
 

@@ -1,4 +1,8 @@
-"""The dependency rules of DESIGN §5, checked on the source (what may import what)."""
+"""The dependency rules of DESIGN §5, checked on the source (what may import what).
+
+Every import counts: top level and inside functions, absolute and relative (resolved against the
+importing module), and ``importlib.import_module("...")`` with a literal name.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +12,51 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: a folder and the package name its modules have once installed (setup.py ships envs/ inside)
+PACKAGES = {"agentrl_ext": "agentrl_ext", "envs": "agentrl_ext.envs"}
+
+
+def _module_name(path: Path) -> str:
+    folder = path.relative_to(ROOT).parts[0]
+    parts = [PACKAGES[folder], *path.relative_to(ROOT / folder).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _names_in(path: Path) -> set[str]:
+    """Every module ``path`` imports, as absolute names."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            names.add(prefix)
+            names |= {f"{prefix}.{alias.name}" for alias in node.names}  # ``from pkg import module``
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names.add(node.args[0].value)
+    return names
 
 
 def _imports(folder: Path) -> dict[str, set[str]]:
-    """Every module each file under ``folder`` imports (top level and inside functions)."""
-    out = {}
-    for path in sorted(folder.rglob("*.py")):
-        names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module)
-        out[str(path.relative_to(ROOT))] = names
-    return out
+    return {str(path.relative_to(ROOT)): _names_in(path) for path in sorted(folder.rglob("*.py"))}
+
+
+def _matches(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def _offenders(folder: str, forbidden: tuple[str, ...]) -> list[str]:
@@ -29,23 +64,36 @@ def _offenders(folder: str, forbidden: tuple[str, ...]) -> list[str]:
         f"{path} imports {name}"
         for path, names in _imports(ROOT / folder).items()
         for name in sorted(names)
-        if any(name == f or name.startswith(f + ".") for f in forbidden)
+        if _matches(name, forbidden)
     ]
+
+
+ENV_SIDE_FORBIDDEN = ("verl", "torch", "agentrl_ext.trainer", "agentrl_ext.rollout", "agentrl_ext.algos")
 
 
 @pytest.mark.parametrize(
     ("folder", "forbidden"),
     [
+        # the environment side is the ground floor: slim processes and containers, nothing above it
         (
             "agentrl_ext/env",
-            ("verl", "torch", "agentrl_ext.trainer", "agentrl_ext.rollout", "agentrl_ext.algos"),
+            (
+                *ENV_SIDE_FORBIDDEN,
+                "agentrl_ext.data",
+                "agentrl_ext.eval",
+                "agentrl_ext.models",
+                "agentrl_ext.platform",
+                "agentrl_ext.config",
+                "agentrl_ext.envs",
+            ),
         ),
-        ("envs", ("verl", "torch", "agentrl_ext.trainer", "agentrl_ext.rollout", "agentrl_ext.algos")),
+        ("envs", (*ENV_SIDE_FORBIDDEN, "agentrl_ext.data", "agentrl_ext.eval", "agentrl_ext.config")),
         (
             "agentrl_ext/algos",
             ("agentrl_ext.env", "agentrl_ext.rollout", "agentrl_ext.trainer", "httpx", "aiohttp"),
         ),
-        ("agentrl_ext/rollout", ("agentrl_ext.trainer",)),
+        # the rollout side reaches tasks only through the controller client
+        ("agentrl_ext/rollout", ("agentrl_ext.trainer", "agentrl_ext.envs")),
         (
             "agentrl_ext/platform",
             ("agentrl_ext.env", "agentrl_ext.rollout", "agentrl_ext.trainer", "agentrl_ext.algos"),
@@ -54,3 +102,37 @@ def _offenders(folder: str, forbidden: tuple[str, ...]) -> list[str]:
 )
 def test_dependency_rules_on_cpu(folder, forbidden):
     assert _offenders(folder, forbidden) == []
+
+
+def test_tasks_import_only_the_environment_side_of_agentrl_ext_on_cpu():
+    """DESIGN §5: ``envs/<task>/`` imports only ``agentrl_ext.env`` (and its own task package)."""
+    allowed = ("agentrl_ext.env", "agentrl_ext.envs")
+    assert [
+        f"{path} imports {name}"
+        for path, names in _imports(ROOT / "envs").items()
+        for name in sorted(names)
+        if _matches(name, ("agentrl_ext",)) and not _matches(name, allowed)
+    ] == []
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ("from ..data import store\n", "agentrl_ext.data.store"),
+        ("from .store import require\n", "agentrl_ext.env.store"),
+        ("import importlib\nimportlib.import_module('agentrl_ext.data.store')\n", "agentrl_ext.data.store"),
+        ("def f():\n    from agentrl_ext.data import store\n", "agentrl_ext.data.store"),
+    ],
+)
+def test_the_rules_see_relative_lazy_and_importlib_imports_on_cpu(tmp_path, monkeypatch, source, name):
+    """The checker itself: each way of importing is seen (a module placed in agentrl_ext/env)."""
+    module = tmp_path / "agentrl_ext" / "env" / "planted.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(source)
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    assert name in _names_in(module)
+    offenders = _offenders("agentrl_ext/env", ("agentrl_ext.data",))
+    if name.startswith("agentrl_ext.data"):
+        assert f"agentrl_ext/env/planted.py imports {name}" in offenders
+    else:
+        assert offenders == []

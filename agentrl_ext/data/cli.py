@@ -20,15 +20,9 @@ from collections import Counter, defaultdict
 
 from agentrl_ext import cli
 from agentrl_ext.data.fetch import GITHUB_RAW, fetch
-from agentrl_ext.data.manifest import GROUPS
-from agentrl_ext.data.store import (
-    DATA_DIR_ENV,
-    DataError,
-    data_dir,
-    default_data_dir,
-    file_statuses,
-    install_from,
-)
+from agentrl_ext.data.store import file_statuses, install_from
+from agentrl_ext.env.data_files import DATA_DIR_ENV, DataError, data_dir, default_data_dir
+from agentrl_ext.env.data_manifest import GROUPS
 
 
 def _list(args: argparse.Namespace) -> int:

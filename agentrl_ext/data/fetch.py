@@ -1,6 +1,6 @@
 """``agentrl-data fetch``: download the data files from their public sources at pinned commits.
 
-Each file of :data:`agentrl_ext.data.manifest.FILES` that has a source is downloaded from
+Each file of :data:`agentrl_ext.env.data_manifest.FILES` that has a source is downloaded from
 ``<raw base>/<owner>/<repo>/<commit>/<path>`` (``https://raw.githubusercontent.com`` unless a
 mirror is given; ``file://`` URLs work too), streamed into a ``.partial`` file next to its target,
 verified (sha256, upstream content sha256, or git blob id) and only then moved into place. A
@@ -22,8 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl_ext.data.manifest import FILES, DataFile
-from agentrl_ext.data.store import check_file, data_dir, record_installed, sha256_of
+from agentrl_ext.data.store import record_installed
+from agentrl_ext.env.data_files import check_file, data_dir, sha256_of
+from agentrl_ext.env.data_manifest import FILES, DataFile
 
 logger = logging.getLogger(__name__)
 

@@ -557,7 +557,7 @@ class EnvStack:
         command = worker_argv("", port, self.api, kwargs, self.heartbeat_interval, python=())[1:]
         volumes = {}
         if "data" in known_task(name).needs:
-            from agentrl_ext.data.store import data_dir
+            from agentrl_ext.env.data_files import data_dir
 
             volumes[str(data_dir(self.task_kwargs[name].get("data_dir")))] = {"bind": "/data", "mode": "ro"}
         socket_url = str(kwargs.get("mariadb_url", ""))

@@ -2,7 +2,7 @@
 
 Splits (lists under ``<data dir>/agentbench/alfworld_lists/``, games under
 ``<data dir>/alfworld/json_2.1.1/``, unpacked from ``alfworld/json_2.1.1.tar.xz`` by
-:func:`agentrl_ext.data.store.unpacked`):
+:func:`agentrl_ext.env.data_files.unpacked`):
 
 | split | list | games | note |
 |---|---|---|---|
@@ -24,8 +24,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl_ext.data.store import DataError, require, unpacked
-from agentrl_ext.data.store import data_dir as resolve_data_dir
+from agentrl_ext.env.data_files import DataError, require, unpacked
+from agentrl_ext.env.data_files import data_dir as resolve_data_dir
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl_ext.data.store import DataError, require
-from agentrl_ext.data.store import data_dir as resolve_data_dir
+from agentrl_ext.env.data_files import DataError, require
+from agentrl_ext.env.data_files import data_dir as resolve_data_dir
 
 logger = logging.getLogger(__name__)
 

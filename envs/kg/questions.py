@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl_ext.data.store import DataError, require
+from agentrl_ext.env.data_files import DataError, require
 
 from .graph import InMemoryGraph
 from .offline import CITY, CONTINENT, COUNTRY, CURRENCY, GROUP, PERIOD, SERIES, US_STATE

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl_ext.data.store import DataError, require
-from agentrl_ext.data.store import data_dir as resolve_data_dir
+from agentrl_ext.env.data_files import DataError, require
+from agentrl_ext.env.data_files import data_dir as resolve_data_dir
 
 OS_DIR = "agentbench/os_interaction"
 TEST_GROUPS = ("1", "2", "3", "4", "5", "6", "7")

@@ -31,7 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from agentrl_ext.data.store import DataError, require
+from agentrl_ext.env.data_files import DataError, require
 
 PRODUCTS_FILE = "webshop/items_shuffle_1000.reconstructed.json.xz"
 ATTRIBUTES_FILE = "webshop/items_ins_v2_1000.json.xz"

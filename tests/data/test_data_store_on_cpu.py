@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_ext.data import store
 from agentrl_ext.data.cli import main as agentrl_data
 from agentrl_ext.data.fetch import fetch_file
-from agentrl_ext.data.manifest import FILES, DataFile, Source
+from agentrl_ext.env import data_files
+from agentrl_ext.env.data_manifest import FILES, DataFile, Source
 from agentrl_ext.testing.vendored_data import vendored_data_dir
 
 SHARED_DATA = vendored_data_dir()
@@ -33,12 +33,12 @@ def _json_list(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, 
 
 
 def test_data_dir_resolution_on_cpu(monkeypatch, tmp_path):
-    monkeypatch.delenv(store.DATA_DIR_ENV, raising=False)
+    monkeypatch.delenv(data_files.DATA_DIR_ENV, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    assert store.data_dir() == tmp_path / "xdg" / "agentrl_ext" / "data"
-    monkeypatch.setenv(store.DATA_DIR_ENV, str(tmp_path / "env"))
-    assert store.data_dir() == tmp_path / "env"
-    assert store.data_dir(tmp_path / "flag") == tmp_path / "flag"
+    assert data_files.data_dir() == tmp_path / "xdg" / "agentrl_ext" / "data"
+    monkeypatch.setenv(data_files.DATA_DIR_ENV, str(tmp_path / "env"))
+    assert data_files.data_dir() == tmp_path / "env"
+    assert data_files.data_dir(tmp_path / "flag") == tmp_path / "flag"
 
 
 @needs_copy
@@ -49,16 +49,16 @@ def test_install_from_copy_then_list_verifies_on_cpu(tmp_path, capsys):
     vendored = [p for p, e in FILES.items() if e.vendored]
     assert all(states[p] == "ok" for p in vendored)
     assert states["agentbench/dbbench/db_out_new.jsonl"] == "missing"  # not vendored: fetch only
-    assert store.read_sums(target / "SHA256SUMS") == store.read_sums(SHARED_DATA / "SHA256SUMS")
-    assert store.require("agentbench/dbbench/standard.jsonl", target).is_file()
+    assert data_files.read_sums(target / "SHA256SUMS") == data_files.read_sums(SHARED_DATA / "SHA256SUMS")
+    assert data_files.require("agentbench/dbbench/standard.jsonl", target).is_file()
 
     # a file corrupted after the install: list fails and names it; require() refuses it
     dev = target / "agentbench/dbbench/dev.jsonl"
     dev.write_text(dev.read_text() + "\n")
     assert agentrl_data(["list", "--data-dir", str(target)]) == 1
     assert "CORRUPT agentbench/dbbench/dev.jsonl" in capsys.readouterr().out
-    with pytest.raises(store.DataError, match="agentbench/dbbench/dev.jsonl.*agentrl-data install"):
-        store.require("agentbench/dbbench/dev.jsonl", target)
+    with pytest.raises(data_files.DataError, match="agentbench/dbbench/dev.jsonl.*agentrl-data install"):
+        data_files.require("agentbench/dbbench/dev.jsonl", target)
 
 
 def test_install_refuses_a_corrupt_copy_on_cpu(tmp_path, capsys):
@@ -70,7 +70,7 @@ def test_install_refuses_a_corrupt_copy_on_cpu(tmp_path, capsys):
         "a/good.txt": hashlib.sha256(b"good").hexdigest(),
         "a/bad.txt": hashlib.sha256(b"bad").hexdigest(),
     }
-    store.write_sums(copy, sums)
+    data_files.write_sums(copy, sums)
     target = tmp_path / "data"
     assert agentrl_data(["install", "--from", str(copy), "--data-dir", str(target)]) == 1
     err = capsys.readouterr().err
@@ -147,7 +147,8 @@ def test_fetch_from_http_mirror_on_cpu(tmp_path, raw_server, capsys):
     assert all(states[p] == "ok" for p in wanted)
     # the xz files were stored compressed and verify against the pinned checksums
     assert (
-        store.sha256_of(target / "webshop/human_goals.json.xz") == FILES["webshop/human_goals.json.xz"].sha256
+        data_files.sha256_of(target / "webshop/human_goals.json.xz")
+        == FILES["webshop/human_goals.json.xz"].sha256
     )
 
     # fetching again downloads nothing
@@ -188,7 +189,7 @@ def test_fetch_verifies_git_blob_ids_from_file_urls_on_cpu(tmp_path):
     root = tmp_path / "data"
     result = fetch_file(entry, root, raw_base=(tmp_path / "mirror").as_uri())
     assert result.outcome == "fetched" and (root / "x/big.jsonl").read_bytes() == content
-    assert store.check_file(root / "x/big.jsonl", entry) is None
+    assert data_files.check_file(root / "x/big.jsonl", entry) is None
 
     wrong = DataFile(
         "x/other.jsonl", "test", source=Source("o/r", "c0", "big.jsonl"), git_blob="0" * 40, vendored=False

@@ -16,7 +16,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from agentrl_ext.config import AgentRLConfig
-from agentrl_ext.data.store import DataError, install_from
+from agentrl_ext.data.store import install_from
+from agentrl_ext.env.data_files import DataError
 from agentrl_ext.env.launcher import KNOWN_TASKS, EnvStack, known_task, wants_mariadb
 from agentrl_ext.models.tiny import TinyModelSpec
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import yaml
 
-from agentrl_ext.data.store import DataError
+from agentrl_ext.env.data_files import DataError
 from envs.dbbench.backends import MariaDBBackend, ServerAddress, SQLiteBackend
 from envs.dbbench.checking import answers_match, table_hash
 from envs.dbbench.data import Table, load_split

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from agentrl_ext.data.store import DataError
+from agentrl_ext.env.data_files import DataError
 from agentrl_ext.testing.env_servers import REPO, free_port, subprocess_env
 from agentrl_ext.testing.vendored_data import vendored_data_dir
 from envs.kg.sparql import KGBackendError

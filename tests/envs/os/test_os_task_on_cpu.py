@@ -11,7 +11,7 @@ import logging
 import pytest
 import yaml
 
-from agentrl_ext.data.store import DataError
+from agentrl_ext.env.data_files import DataError
 from agentrl_ext.env.providers import LocalProvider
 from envs.os.data import load_split, parse_sample
 from envs.os.prompts import TOOLS, os_output

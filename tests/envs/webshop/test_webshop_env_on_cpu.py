@@ -16,7 +16,7 @@ import pytest
 import yaml
 from webshop_helpers import raw
 
-from agentrl_ext.data.store import DataError
+from agentrl_ext.env.data_files import DataError
 from envs.webshop.catalogue import Catalogue, load_catalogue
 from envs.webshop.env import Episode, Page, Shop
 from envs.webshop.goals import Goal, goals_by_product, split_goals
