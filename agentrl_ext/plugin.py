@@ -51,7 +51,7 @@ def _platform() -> None:
 
 
 def _agent_loop() -> None:
-    from agentrl_ext.platform.verl_compat import register_agent_loop_by_path
+    from agentrl_ext.verl_compat import register_agent_loop_by_path
 
     register_agent_loop_by_path("agentrl", "agentrl_ext.rollout.agent_loop", "AgentRLAgentLoop")
 
@@ -80,7 +80,7 @@ def _async_trainer_mode() -> None:
 
 
 def _pre_ray_checks() -> None:
-    from agentrl_ext.platform.verl_compat import run_before_verl_config_validation
+    from agentrl_ext.verl_compat import run_before_verl_config_validation
 
     def preflight(config: Any) -> None:
         from agentrl_ext.trainer.main import preflight as agentrl_preflight

@@ -24,7 +24,7 @@ def activate() -> None:
     global _activated
     if _activated:
         return
-    from agentrl_ext.platform import verl_compat
+    from agentrl_ext import verl_compat
 
     verl_compat.check_verl_version()
     import agentrl_ext.platform.cpu_platform  # noqa: F401  (registers the "cpu" platform)

@@ -25,7 +25,7 @@ from verl.workers.rollout.replica import RolloutReplica
 from verl.workers.rollout.utils import ensure_async_iterator
 
 from agentrl_ext.platform.hf_server import HFRolloutServer
-from agentrl_ext.platform.verl_compat import set_replica_server
+from agentrl_ext.verl_compat import set_replica_server
 
 logger = logging.getLogger(__name__)
 

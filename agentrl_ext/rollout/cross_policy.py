@@ -29,7 +29,7 @@ from typing import Any
 
 from verl.workers.rollout.llm_server import LLMServerClient
 
-from agentrl_ext.platform.verl_compat import agent_loop_worker_rank
+from agentrl_ext.verl_compat import agent_loop_worker_rank
 
 logger = logging.getLogger(__name__)
 

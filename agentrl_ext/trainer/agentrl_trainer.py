@@ -1,7 +1,7 @@
 """verl v1 trainer mode ``agentrl_sync``: verl's synchronous PPO trainer plus AgentRL's glue.
 
 ``trainer.v1.trainer_mode=agentrl_sync`` selects it. It subclasses verl's ``PPOTrainerSync``
-through :class:`~agentrl_ext.platform.verl_compat.TrainerStepHooks` (the one place that touches
+through :class:`~agentrl_ext.verl_compat.TrainerStepHooks` (the one place that touches
 verl's private per-step methods) and adds:
 
 - ``around_advantage``: hands each sample's task (``data_source``) to the ``task_norm_grpo``
@@ -36,9 +36,9 @@ from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
 from agentrl_ext.algos.task_context import BatchTurns
 from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
-from agentrl_ext.platform.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.standalone_pool import StandalonePool, refresh_due
+from agentrl_ext.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 
 logger = logging.getLogger(__name__)
 

@@ -81,7 +81,7 @@ version of every turn (an episode dispatched long ago may have been generated mo
 weights). The decisions are plain Python in :mod:`agentrl_ext.trainer.async_buffer`;
 :class:`AsyncGroupBuffer` applies them to TransferQueue. The only verl private name used,
 ``PPOTrainer._add_prompts_to_generate`` (start n prompts), goes through
-:func:`agentrl_ext.platform.verl_compat.submit_prompts`.
+:func:`agentrl_ext.verl_compat.submit_prompts`.
 
 Differences from verl's fully async, and why: one trainer process and verl's own entry point
 (``main_ppo`` with a trainer mode) instead of a separate ``fully_async_main``, so every
@@ -125,7 +125,6 @@ from verl.utils.debug import marked_timer
 
 from agentrl_ext.algos.task_context import ASYNC_TRAINER_MODE
 from agentrl_ext.config import agentrl_config
-from agentrl_ext.platform.verl_compat import submit_prompts, without_colocated_rollout
 from agentrl_ext.rollout.cross_policy import CURRENT
 from agentrl_ext.rollout.standalone_pool import CURRENT_POOL, StandalonePool, standalone_rollout
 from agentrl_ext.trainer.agentrl_trainer import AgentRLTrainerHooks
@@ -140,6 +139,7 @@ from agentrl_ext.trainer.async_buffer import (
     policy_from_config,
     staleness_histogram,
 )
+from agentrl_ext.verl_compat import submit_prompts, without_colocated_rollout
 
 logger = logging.getLogger(__name__)
 

@@ -144,7 +144,7 @@ def _local_data_files(config: DictConfig) -> list[tuple[str, str]]:
 
 def check_config(config: DictConfig, cuda: bool) -> None:
     """Raise on configuration mistakes before Ray starts, naming the value and the fix."""
-    from agentrl_ext.platform.verl_compat import rollout_names
+    from agentrl_ext.verl_compat import rollout_names
 
     rollout = str(OmegaConf.select(config, "actor_rollout_ref.rollout.name", throw_on_missing=False))
     known = rollout_names()
@@ -456,7 +456,7 @@ def run(config: DictConfig) -> None:
 
 def run_rl(config: DictConfig) -> None:
     """Check the config and run verl's trainer."""
-    from agentrl_ext.platform.verl_compat import run_verl_main
+    from agentrl_ext.verl_compat import run_verl_main
 
     preflight(config)
     run_verl_main(config)  # verl's pre-Ray hook sees the config already checked and leaves it

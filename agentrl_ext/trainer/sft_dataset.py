@@ -13,8 +13,8 @@ without ``tools_json`` are read exactly as verl reads them.
 
 from __future__ import annotations
 
-from agentrl_ext.platform.verl_compat import sft_dataset_with_tools_from
 from agentrl_ext.trainer.sft import TOOLS_JSON_COLUMN
+from agentrl_ext.verl_compat import sft_dataset_with_tools_from
 
 __all__ = ["ExpertSFTDataset"]
 

@@ -12,9 +12,9 @@ import ray
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
-from agentrl_ext.platform.verl_compat import agent_loop_worker_rank
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient, PolicyRouter
 from agentrl_ext.rollout.standalone_pool import refresh_due
+from agentrl_ext.verl_compat import agent_loop_worker_rank
 
 
 @pytest.mark.parametrize("ratio", [0.0, 0.25, 0.5, 1.0])
@@ -137,7 +137,7 @@ def test_workers_that_verl_starts_know_their_rank_on_cpu(local_ray):
             ray.kill(worker)
     assert ranks == [0, 1, 2], (
         f"verl's agent-loop workers report ranks {ranks}: verl no longer names them agent_loop_worker_<i>_...; "
-        "update agentrl_ext.platform.verl_compat.agent_loop_worker_rank"
+        "update agentrl_ext.verl_compat.agent_loop_worker_rank"
     )
 
 

@@ -1,7 +1,7 @@
 """Every place where agentrl_ext touches verl 0.9.1 internals, in one module.
 
 Public registries (platform, rollout replica, engine) are used where verl has them;
-the rest are small, named adjustments that ``tests/platform/test_verl_compat_on_cpu.py``
+the rest are small, named adjustments that ``tests/test_verl_compat_on_cpu.py``
 checks against the installed verl, so that a verl upgrade fails loudly there.
 """
 
@@ -63,7 +63,7 @@ def check_verl_version() -> None:
     if verl.__version__ != VERL_VERSION:
         raise RuntimeError(
             f"agentrl_ext is built against verl=={VERL_VERSION} but verl {verl.__version__} is installed; "
-            f"install verl[verl-core]=={VERL_VERSION} or update agentrl_ext.platform.verl_compat"
+            f"install verl[verl-core]=={VERL_VERSION} or update agentrl_ext.verl_compat"
         )
 
 
@@ -93,7 +93,7 @@ def use_gloo_process_group() -> None:
     if defaults != (None, None) and defaults != (None, "gloo"):
         raise RuntimeError(
             f"verl.utils.distributed.initialize_global_process_group_ray changed signature "
-            f"(defaults {defaults}); update agentrl_ext.platform.verl_compat.use_gloo_process_group"
+            f"(defaults {defaults}); update agentrl_ext.verl_compat.use_gloo_process_group"
         )
     fn.__defaults__ = (None, "gloo")
 
@@ -117,7 +117,7 @@ def use_gloo_in_torchrun_process_group() -> None:
     if parameters != ["timeout_second"]:
         raise RuntimeError(
             f"verl.utils.distributed.initialize_global_process_group changed signature (parameters "
-            f"{parameters}); update agentrl_ext.platform.verl_compat.use_gloo_in_torchrun_process_group"
+            f"{parameters}); update agentrl_ext.verl_compat.use_gloo_in_torchrun_process_group"
         )
 
     @functools.wraps(current)
