@@ -193,6 +193,20 @@ def test_programs_a_check_calls_by_name_replaced_by_fakes_score_0(os_worker, ind
     assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 0.0), done
 
 
+def test_changes_that_leave_the_programs_as_they_were_are_not_tampering(os_worker, os_data_dir):
+    """Item 50's answer is ``chmod u-s /usr/bin/find`` (a mode change of one of the image's
+    programs); a new program under a name the image lacks is fine too (item 38's ``count``)."""
+    client, _ = os_worker
+    items = raw_test_problems(os_data_dir)
+    assert "SUID" in items[50][0]["description"]  # the data still asks so
+    done = play_gold(client, 50, *items[50])
+    assert (done["status"], done["reward"]) == ("completed", 1.0), done
+    session, _ = client.start(54)
+    client.bash(session, fake("/usr/local/bin/agentrl-own-tool") + "; chmod g+s /data && chmod +t /data")
+    done = client.answer(session, "done")
+    assert (done["status"], done["reward"]) == ("completed", 1.0), done
+
+
 @pytest.mark.parametrize("index", [26, 55])
 def test_a_failed_init_script_ends_unknown_with_the_reason(os_worker, index):
     client, _ = os_worker
