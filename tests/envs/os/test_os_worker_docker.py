@@ -193,6 +193,28 @@ def test_programs_a_check_calls_by_name_replaced_by_fakes_score_0(os_worker, ind
     assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 0.0), done
 
 
+# The rest of what the integrity check covers, planted beside item 54's real answer (so the check
+# itself passes): each makes the episode score 0.
+OTHER_TAMPERING = {
+    # a bash check that starts python3 imports site, which runs .pth lines
+    "python-start-up-hook": "echo 'import os' > /usr/local/lib/python3.11/dist-packages/agentrl.pth",
+    # a library the loader puts into every program
+    "ld-so-preload": "echo /tmp/nothing.so > /etc/ld.so.preload",
+    # the loader's path /lib64/ld-linux-x86-64.so.2 goes through this link
+    "lib64-link-replaced": "ln -sfn usr/lib64 /lib64 && ls /lib64/ld-linux-x86-64.so.2",
+}
+
+
+@pytest.mark.parametrize("planted", OTHER_TAMPERING.values(), ids=OTHER_TAMPERING)
+def test_the_other_tampering_the_integrity_check_covers_scores_0(os_worker, planted):
+    client, _ = os_worker
+    session, _ = client.start(54)
+    client.bash(session, f"mkdir -p /usr/local/lib/python3.11/dist-packages; {planted}")
+    client.bash(session, "chmod g+s /data && chmod +t /data")  # the real answer
+    done = client.answer(session, "done")
+    assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 0.0), done
+
+
 def test_changes_that_leave_the_programs_as_they_were_are_not_tampering(os_worker, os_data_dir):
     """Item 50's answer is ``chmod u-s /usr/bin/find`` (a mode change of one of the image's
     programs); a new program under a name the image lacks is fine too (item 38's ``count``)."""
