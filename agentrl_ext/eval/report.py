@@ -66,6 +66,12 @@ class TaskSummary:
     failed: int
     statuses: dict[str, int]
     success_threshold: float
+    #: the benchmark the task's workers say they ran (e.g. ``dbbench-std``, ``kg-offline``), as
+    #: their ``calculate_overall`` reports it; None for tasks that report none
+    benchmark: str | None = None
+    #: what a turn without a valid tool call did in this run (``feedback``: AgentBench-FC's message,
+    #: the episode goes on; ``end``: reward 0), as the task's workers report it; None when not reported
+    invalid_action_rule: str | None = None
 
     @property
     def ran(self) -> int:
@@ -78,8 +84,16 @@ class TaskSummary:
         return round(self.success_rate * self.episodes) / self.ran if self.ran else math.nan
 
     @classmethod
-    def of(cls, records: Sequence[EpisodeRecord], success_threshold: float) -> TaskSummary:
+    def of(
+        cls,
+        records: Sequence[EpisodeRecord],
+        success_threshold: float,
+        task_card: Mapping[str, Any] | None = None,
+    ) -> TaskSummary:
+        """The figures of ``records``; ``task_card``: what the task's workers report of the run
+        (``benchmark``, ``invalid_action_rule``; see :func:`agentrl_ext.eval.runner.task_cards`)."""
         n = len(records)
+        card = task_card or {}
         return cls(
             episodes=n,
             success_rate=sum(r.success for r in records) / n if n else 0.0,
@@ -88,6 +102,8 @@ class TaskSummary:
             failed=sum(r.failed for r in records),
             statuses=dict(sorted(Counter(r.status for r in records).items())),
             success_threshold=success_threshold,
+            benchmark=card.get("benchmark"),
+            invalid_action_rule=card.get("invalid_action_rule"),
         )
 
 
@@ -109,8 +125,11 @@ class EvalReport:
         settings: dict[str, Any],
         episodes: Sequence[EpisodeRecord],
         thresholds: Mapping[str, float],
+        task_cards: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> EvalReport:
-        """Summarize ``episodes`` per task (in the order tasks first appear) and per model."""
+        """Summarize ``episodes`` per task (in the order tasks first appear) and per model;
+        ``task_cards``: per task, what its workers report of the run (benchmark, invalid-action rule)."""
+        cards = task_cards or {}
         by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
         for record in episodes:
             by_task[record.task].append(record)
@@ -120,7 +139,7 @@ class EvalReport:
             label=label,
             settings=dict(settings),
             episodes=list(episodes),
-            summary={t: TaskSummary.of(rs, thresholds[t]) for t, rs in by_task.items()},
+            summary={t: TaskSummary.of(rs, thresholds[t], cards.get(t)) for t, rs in by_task.items()},
             turn_share={m: n / total for m, n in sorted(turns.items())} if total else {},
         )
 
@@ -235,12 +254,20 @@ def _percent(value: float) -> str:
     return "-" if math.isnan(value) else f"{100 * value:.1f}%"
 
 
+def _has_cards(reports: Sequence[EvalReport]) -> bool:
+    return any(s.benchmark or s.invalid_action_rule for r in reports for s in r.summary.values())
+
+
 def render_table(report: EvalReport) -> str:
-    """The per-task table: episodes, success rate, mean reward, mean turns, failed, statuses."""
-    header = ["task", "episodes", "success", "reward", "turns", "failed", "statuses"]
+    """The per-task table: episodes, success rate, mean reward, mean turns, failed, statuses; with
+    the benchmark and invalid-action rule the workers reported, when any task reported them."""
+    cards = _has_cards([report])
+    header = ["task", *(["benchmark", "rule"] if cards else []), "episodes", "success", "reward", "turns"]
+    header += ["failed", "statuses"]
     rows = [
         [
             task,
+            *([s.benchmark or "-", s.invalid_action_rule or "-"] if cards else []),
             str(s.episodes),
             _percent(s.success_rate),
             f"{s.reward_mean:.3f}",
@@ -307,4 +334,23 @@ def render_comparison(reports: Sequence[EvalReport]) -> str:
             row.append("-" if math.isnan(change) else f"{100 * change:+.1f} pts")
             row.append("-" if math.isnan(interval) else f"±{100 * interval:.1f} pts")
         rows.append(row)
-    return _table(header, rows) + "\n" + _caption(reports)
+    return _table(header, rows) + "\n" + _caption(reports) + _card_differences(reports, labels)
+
+
+def _card_differences(reports: Sequence[EvalReport], labels: Sequence[str]) -> str:
+    """Lines naming each task whose benchmark or invalid-action rule differs between the reports
+    (their success rates measure different things); empty when all agree."""
+    notes = []
+    for task in dict.fromkeys(t for r in reports for t in r.summary):
+        for field_name, what in (("benchmark", "benchmark"), ("invalid_action_rule", "invalid-action rule")):
+            values = [
+                (label, getattr(r.summary[task], field_name))
+                for label, r in zip(labels, reports, strict=True)
+                if task in r.summary
+            ]
+            if len({v for _, v in values}) > 1:
+                shown = ", ".join(f"{label} {v or 'not reported'}" for label, v in values)
+                notes.append(
+                    f"\nnote: {task} ran under different {what}s ({shown}): not the same measurement"
+                )
+    return "".join(notes)

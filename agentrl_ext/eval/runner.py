@@ -191,6 +191,27 @@ async def _task_indices(
     return chosen[:limit] if limit else chosen
 
 
+#: what :func:`task_cards` keeps of a task's ``calculate_overall``
+CARD_KEYS = ("benchmark", "invalid_action_rule")
+
+
+async def task_cards(client: ControllerClient, tasks: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per task, the benchmark label and invalid-action rule its workers report (the keys of
+    :data:`CARD_KEYS` in the task's ``calculate_overall``, asked through the controller, which
+    forwards it to one healthy worker of the task); ``{}`` for a task that reports neither (the
+    procedural tasks) or whose summary cannot be had (logged)."""
+    cards: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        try:
+            overall = await client.calculate_overall(task, [])
+        except ControllerError as exc:
+            logger.warning("task %r: no benchmark label or invalid-action rule recorded (%s)", task, exc)
+            overall = {}
+        keep = overall if isinstance(overall, Mapping) else {}
+        cards[task] = {k: keep[k] for k in CARD_KEYS if keep.get(k) is not None}
+    return cards
+
+
 def _record(task: str, index: Any, run: int, played: Any, threshold: float) -> EpisodeRecord:
     completed = played.status == SampleStatus.COMPLETED.value
     reward = float(played.reward) if completed else 0.0
@@ -266,6 +287,7 @@ async def evaluate_async(
             logger.warning(
                 "resuming: %d of %d episodes already finished in %s", len(finished), len(work), episodes_out
             )
+        cards = await task_cards(client, tasks)
         todo = [(t, i, r) for t, i, r in work if (t, json.dumps(i), r) not in finished]
         sink = _EpisodeSink(episodes_out, append=resume) if episodes_out is not None else None
         policy = make_policy(names, controller_url, settings, base_url, api_key)
@@ -288,7 +310,8 @@ async def evaluate_async(
         "seconds": round(time.time() - started, 2),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
     }
-    return EvalReport.build(label, run_settings, records, {t: settings.threshold(t) for t in tasks})
+    thresholds = {t: settings.threshold(t) for t in tasks}
+    return EvalReport.build(label, run_settings, records, thresholds, task_cards=cards)
 
 
 async def _run_all(

@@ -12,14 +12,16 @@ the output), and a command that outlives the time limit is killed with its proce
 
 Scripts (``init``, ``check``, ``example``) run as AgentBench's ``execute_independent`` runs them:
 ``bash -c CODE -- ARGS`` or ``python3 -c CODE ARGS``, in a fresh process (no carried state); in a
-container with the interpreters of :mod:`.trusted` (a read-only pristine ``/usr``) and Python as
-``python3 -I -S``, so an agent that replaced ``python3`` or ``bash`` cannot pass a check.
+container with the interpreters of :mod:`.trusted` (a read-only pristine ``/usr``, run by its own
+dynamic loader) and Python as ``python3 -I -S``, so an agent that replaced ``python3``, ``bash`` or
+the loader cannot pass a check; what the checks call by name is guarded by :mod:`.integrity`.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentrl_ext.env.providers.base import ExecResult, SessionResource
@@ -136,19 +138,22 @@ trusted copy (``sitecustomize``, ``dist-packages``); the script then sees ``sys.
 ``python3 -c CODE ARGS`` shows it."""
 
 
-def script_command(script: Script, params: list[str], programs_dir: str | None = None) -> str:
+def script_command(
+    script: Script, params: list[str], programs_dir: str | None = None, launcher: Sequence[str] = ()
+) -> str:
     """The command line of an independent script with its arguments (stdout only; ``exec``, so no
     extra shell shows in the process list, as in AgentBench's direct exec).
 
     ``programs_dir``: take ``bash`` and ``python3`` from there (a folder the agent cannot
     change), Python as ``python3 -I -S`` with :data:`ISOLATED_PYTHON` (no ``site`` imports, no
     environment, no current directory on ``sys.path``); None: the sandbox's own, on ``PATH``.
+    ``launcher``: put before them (the trusted dynamic loader, see :attr:`.trusted.TrustedTools.launcher`).
     """
     where = f"{programs_dir.rstrip('/')}/" if programs_dir else ""
     if script.language == "bash":
-        argv = [f"{where}bash", "-c", script.code] + (["--", *params] if params else [])
+        argv = [*launcher, f"{where}bash", "-c", script.code] + (["--", *params] if params else [])
     elif script.language == "python" and programs_dir:
-        argv = [f"{where}python3", "-I", "-S", "-c", ISOLATED_PYTHON, script.code, *params]
+        argv = [*launcher, f"{where}python3", "-I", "-S", "-c", ISOLATED_PYTHON, script.code, *params]
     elif script.language == "python":
         argv = ["python3", "-c", script.code, *params]
     else:  # data.LANGUAGES admits nothing else
@@ -170,10 +175,13 @@ async def run_script(
     cannot have replaced); None runs the sandbox's own.
     """
     return await box.exec(
-        script_command(script, params, trusted.programs_dir if trusted else None),
+        script_command(
+            script, params, trusted.programs_dir if trusted else None, trusted.launcher if trusted else ()
+        ),
         timeout_s=timeout_s,
         max_output_chars=SCRIPT_OUTPUT_CHARS,
         workdir=workdir,
         env=trusted.env if trusted else None,
         programs_dir=trusted.programs_dir if trusted else None,
+        launcher=trusted.launcher if trusted else (),
     )

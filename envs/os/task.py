@@ -43,6 +43,7 @@ from agentrl_ext.env.worker.actions import AgentAction, ToolCall, parse_action
 
 from . import prompts
 from .data import OSSample, load_split
+from .integrity import container_clock_ns, tampering
 from .shell import SHELL_DIR, Shell, run_script
 from .trusted import TrustedTools, prepare_trusted_tools
 
@@ -264,14 +265,23 @@ class OSTask(Task):
                     )
             if sample.start is not None:
                 await shell.run(sample.start.code)  # AgentBench ignores its outcome
+            trusted = self._trusted_tools(sample)
+            # what the task set up is the baseline: a check runs nothing the agent changed after it
+            since = await container_clock_ns(box, trusted) if trusted is not None else None
             session.inject(
                 {"role": "system", "content": prompts.SYSTEM_PROMPT},
                 {"role": "user", "content": prompts.user_prompt(sample.description)},
             )
-            return await self._play(sample, position, box, shell, session)
+            return await self._play(sample, position, box, shell, session, since)
 
     async def _play(
-        self, sample: OSSample, index: int, box: SessionResource, shell: Shell, session: Session
+        self,
+        sample: OSSample,
+        index: int,
+        box: SessionResource,
+        shell: Shell,
+        session: Session,
+        since: int | None = None,
     ) -> SampleResult:
         commands = 0
         for _ in range(self.round_limit):
@@ -298,7 +308,7 @@ class OSTask(Task):
                     {"role": "tool", "tool_call_id": call.id, "content": await self._bash(shell, value)}
                 )
                 continue
-            return await self._score(sample, index, box, value, commands, call.name)
+            return await self._score(sample, index, box, value, commands, call.name, since)
         return SampleResult(
             SampleStatus.TASK_LIMIT_REACHED,
             reward=0.0,
@@ -337,14 +347,28 @@ class OSTask(Task):
     # -------------------------------------------------------------------------- scoring
 
     async def _score(
-        self, sample: OSSample, index: int, box: SessionResource, answer: Any, commands: int, tool: str
+        self,
+        sample: OSSample,
+        index: int,
+        box: SessionResource,
+        answer: Any,
+        commands: int,
+        tool: str,
+        since: int | None = None,
     ) -> SampleResult:
+        tampered: list[str] = []
         if sample.match is not None:
             if isinstance(answer, str) and sample.match.get("strip"):
                 answer = answer.strip()
             correct = match_answer(answer, sample.match)
         else:
             correct = await self._check(sample, box, answer)
+            trusted = self._trusted_tools(sample)
+            if correct and trusted is not None and since is not None:
+                # after the checks: what a check ran must be what the image had (see .integrity)
+                tampered = await tampering(box, trusted, since)
+                correct = not tampered
+        extra = {"tampered": tampered} if tampered else {}
         return SampleResult(
             SampleStatus.COMPLETED,
             reward=1.0 if correct else 0.0,
@@ -356,6 +380,7 @@ class OSTask(Task):
                 "evaluation": sample.evaluation,
                 "index": index,
                 "source": sample.source,
+                **extra,
             },
         )
 

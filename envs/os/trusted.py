@@ -8,16 +8,16 @@ cannot have touched: a named Docker volume holding a pristine copy of the image'
 (Docker fills an empty named volume from the image at its first mount), mounted read-only at
 :data:`TRUSTED_ROOT` in every session container. Without ``CAP_SYS_ADMIN`` (Docker drops it)
 root in the container can neither remount nor unmount it. The interpreters come from that copy
-by absolute path (``timeout``, ``bash``, ``python3``), with its libraries on ``LD_LIBRARY_PATH``;
+by absolute path (``timeout``, ``bash``, ``python3``), each started by the copy's own dynamic
+loader (:attr:`TrustedTools.launcher`), with its libraries on ``LD_LIBRARY_PATH``;
 Python scripts run with ``-I -S`` and only ``site``'s builtins (``exit``) set up (no
 ``sitecustomize``, no ``site-packages``, no current directory on ``sys.path``: the checks import
 only the standard library; :data:`.shell.ISOLATED_PYTHON`). ``PATH`` stays the container's:
 scripts such as "count the executables on PATH" compute the expected answer from it.
 
-What stays within the agent's reach (documented in the README): the programs a script calls by
-name (``grep``, ``wc`` ... on the container's ``PATH``), the container's dynamic loader
-(``/lib64/ld-linux-x86-64.so.2``) that loads every program, and the ``site`` modules of a
-``python3`` that a *bash* script starts itself.
+The programs a script calls by name (``grep``, ``wc`` ... on the container's ``PATH``, loaded by
+the container's loader) are not redirected: :mod:`.integrity` checks after each passing check
+that none of them, nor the loader, nor a Python start-up hook, was changed (README).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ class TrustedTools:
     volume: str
     library_dir: str
     """The image's multiarch library folder, e.g. ``/usr/lib/x86_64-linux-gnu``."""
+    loader: str = "ld-linux-x86-64.so.2"
+    """The dynamic loader's file name in :attr:`library_dir`."""
 
     @property
     def mounts(self) -> dict[str, str]:
@@ -51,6 +53,13 @@ class TrustedTools:
     def programs_dir(self) -> str:
         """Where the pristine ``timeout``, ``bash`` and ``python3`` are."""
         return f"{TRUSTED_ROOT}/usr/bin"
+
+    @property
+    def launcher(self) -> tuple[str, ...]:
+        """What runs a trusted program: the pristine dynamic loader with the pristine libraries, so
+        neither the container's loader (``PT_INTERP``, ``/lib64/...``) nor its libraries load it."""
+        libraries = f"{TRUSTED_ROOT}{self.library_dir}"
+        return (f"{libraries}/{self.loader}", "--library-path", libraries)
 
     @property
     def env(self) -> dict[str, str]:
@@ -73,16 +82,21 @@ def prepare_trusted_tools(client: Any, image: str, labels: dict[str, str]) -> Tr
     # names the multiarch library folder (where the loader is).
     output = client.containers.run(
         image,
-        ["sh", "-c", 'for d in /usr/lib/*-linux-gnu; do [ -e "$d/libc.so.6" ] && echo "$d"; done'],
+        [
+            "sh",
+            "-c",
+            'for d in /usr/lib/*-linux-gnu; do [ -e "$d/libc.so.6" ] && echo "$d" && cd "$d" && ls ld-linux*.so.*; done',
+        ],
         network_mode="none",
         remove=True,
         labels=labels,
         volumes={name: {"bind": "/usr", "mode": "rw"}},
     )
     found = output.decode().split()
-    if not found:
+    if len(found) < 2:
         raise RuntimeError(
-            f"image {image!r} has no /usr/lib/*-linux-gnu/libc.so.6; cannot prepare trusted tools"
+            f"image {image!r} has no /usr/lib/*-linux-gnu/libc.so.6 with a dynamic loader "
+            f"(ld-linux*.so.*) beside it (found {found}); cannot prepare trusted tools"
         )
-    logger.info("os: trusted tools of %s in volume %s (%s)", image, name, found[0])
-    return TrustedTools(volume=name, library_dir=found[0])
+    logger.info("os: trusted tools of %s in volume %s (%s, %s)", image, name, found[0], found[1])
+    return TrustedTools(volume=name, library_dir=found[0], loader=found[1])

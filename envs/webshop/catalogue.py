@@ -109,9 +109,11 @@ def _options(raw: Any) -> dict[str, tuple[str, ...]]:
     return options
 
 
-def _product(raw: dict[str, Any], attributes: dict[str, Any], human: dict[str, Any]) -> Product:
+def _product(
+    raw: dict[str, Any], attributes: dict[str, Any], human: dict[str, Any], source: str = PRODUCTS_FILE
+) -> Product:
     asin = raw["asin"]
-    where = f"{PRODUCTS_FILE} product {asin}"
+    where = f"{source} product {asin}"
     pricing, tag = parse_pricing(raw.get("pricing"), where)
     bullets = raw["small_description"]
     entry = attributes.get(asin, {})
@@ -155,6 +157,50 @@ def load_catalogue(data_dir: str | Path | None = None, seed: int = 0) -> Catalog
     raw_products = _read_json_xz(PRODUCTS_FILE, data_dir)
     attributes = _read_json_xz(ATTRIBUTES_FILE, data_dir)
     human = _read_json_xz(HUMAN_INSTRUCTIONS_FILE, data_dir)
+    return build_catalogue(raw_products, attributes, human, seed, PRODUCTS_FILE)
+
+
+WEBSHOP_FILES = ("items_shuffle.json", "items_ins_v2.json", "items_human_ins.json")
+"""WebShop's full data files (``web_agent_site/utils.py`` as AgentBench patches it: the whole
+catalogue, its attributes, the human instructions), in WebShop's ``data/`` folder."""
+
+
+def load_webshop_catalogue(webshop_data: str | Path, seed: int = 0) -> Catalogue:
+    """The catalogue from the user's own copy of WebShop's full data (:data:`WEBSHOP_FILES`, plain
+    JSON as WebShop's ``setup.sh -d all`` downloads them into ``data/``), read as ``load_products``
+    reads them; DataError names a missing or unreadable file."""
+    folder = Path(webshop_data).expanduser()
+    loaded = []
+    for name in WEBSHOP_FILES:
+        path = folder / name
+        if not path.is_file():
+            raise DataError(
+                f"WebShop data file {path} is missing: source='agentbench' needs WebShop's full data "
+                f"({', '.join(WEBSHOP_FILES)}) in webshop_data={str(folder)!r}, as WebShop's "
+                "'setup.sh -d all' downloads them (several GB; not available offline)"
+            )
+        try:
+            with path.open(encoding="utf-8") as handle:
+                loaded.append(json.load(handle))
+        except (OSError, ValueError) as exc:
+            raise DataError(f"WebShop data file {path} cannot be read as JSON: {exc}") from exc
+    raw_products, attributes, human = loaded
+    if not isinstance(raw_products, list) or not isinstance(attributes, dict) or not isinstance(human, dict):
+        raise DataError(
+            f"WebShop data in {folder}: expected a list of products in {WEBSHOP_FILES[0]} and objects "
+            f"keyed by ASIN in {WEBSHOP_FILES[1]} and {WEBSHOP_FILES[2]} (WebShop's formats)"
+        )
+    return build_catalogue(raw_products, attributes, human, seed, str(folder / WEBSHOP_FILES[0]))
+
+
+def build_catalogue(
+    raw_products: list[dict[str, Any]],
+    attributes: dict[str, Any],
+    human: dict[str, Any],
+    seed: int = 0,
+    source: str = PRODUCTS_FILE,
+) -> Catalogue:
+    """The catalogue of WebShop's raw product list, attributes and human instructions."""
     products: list[Product] = []
     seen: set[str] = set()
     for raw in raw_products:
@@ -163,10 +209,8 @@ def load_catalogue(data_dir: str | Path | None = None, seed: int = 0) -> Catalog
             continue
         seen.add(asin)
         try:
-            products.append(_product(raw, attributes, human))
+            products.append(_product(raw, attributes, human, source))
         except (KeyError, TypeError, AttributeError) as exc:
-            raise DataError(
-                f"{PRODUCTS_FILE}: malformed product {asin} ({type(exc).__name__}: {exc})"
-            ) from exc
+            raise DataError(f"{source}: malformed product {asin} ({type(exc).__name__}: {exc})") from exc
     by_asin = {p.asin: p for p in products}
     return Catalogue(tuple(products), by_asin, {p.asin: product_price(p, seed) for p in products})

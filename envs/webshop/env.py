@@ -23,14 +23,15 @@ AgentBench runs it, without the Flask templates and the HTML round trip:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from .catalogue import Catalogue, Product
 from .goals import Goal
-from .reward import Reward, purchase_reward
-from .search import ProductSearch
+from .reward import Reward, purchase_reward, title_words
+from .search import ProductSearch, Searcher
 
 PRODUCT_WINDOW = 10
 END_BUTTON = "Buy Now"
@@ -82,11 +83,21 @@ class Clickable:
 
 
 class Shop:
-    """What all episodes share: the catalogue and its search engine."""
+    """What all episodes share: the catalogue, its search engine (default: BM25 over the texts
+    WebShop indexes, :class:`.search.ProductSearch`) and the title words of the type score
+    (default: :func:`.reward.title_words`)."""
 
-    def __init__(self, catalogue: Catalogue) -> None:
+    def __init__(
+        self,
+        catalogue: Catalogue,
+        search_engine: Searcher | None = None,
+        title_words: Callable[[str], list[str]] = title_words,
+    ) -> None:
         self.catalogue = catalogue
-        self.search_engine = ProductSearch([p.search_text for p in catalogue.products])
+        self.search_engine: Searcher = search_engine or ProductSearch(
+            [p.search_text for p in catalogue.products]
+        )
+        self.title_words = title_words
 
     def search(self, keywords: str) -> list[Product]:
         """The top hits for ``keywords`` (WebShop keeps 50)."""
@@ -241,6 +252,6 @@ class Episode:
     def _buy(self) -> float:
         product = self.product
         price = self.shop.catalogue.prices[product.asin]
-        self.reward = purchase_reward(product, price, self.options, self.goal)
+        self.reward = purchase_reward(product, price, self.options, self.goal, self.shop.title_words)
         self.page = Page.DONE
         return self.reward.reward

@@ -26,7 +26,9 @@ split is shuffled with the seed; a sample index is a position in its split.
 AgentBench's indices (``webshop-std`` 0-199, ``webshop-env_train`` 1000-11999) are positions in
 WebShop's shuffled list of 12,087 *human* goals over the full catalogue (1.18M products); those
 goals name products that are not in the 1000-product catalogue (only the 13 above are), so those
-indices cannot be served here and ours are not comparable with them.
+indices cannot be served from the vendored data and ours are not comparable with them. Given the
+user's own copy of WebShop's full data, :func:`agentbench_goals` makes AgentBench's list
+(``WebShopTask(source="agentbench")``).
 """
 
 from __future__ import annotations
@@ -143,6 +145,26 @@ def goals_by_product(catalogue: Catalogue, seed: int = 0) -> dict[str, tuple[lis
         if human or synthetic:
             out[product.asin] = (human, synthetic)
     return out
+
+
+AGENTBENCH_GOAL_SEED = 233
+"""WebShop's ``SimServer`` shuffles its goals with ``random.seed(233)`` (same list, same order)."""
+AGENTBENCH_SPLITS = {"std": range(0, 200), "dev": range(200, 280), "env_train": range(1000, 12000)}
+"""AgentBench's WebShop index ranges (``configs/tasks/webshop.yaml``: ``webshop-std`` 0-199,
+``webshop-dev`` 200-279, ``webshop-env_train`` 1000-11999)."""
+
+
+def agentbench_goals(catalogue: Catalogue, seed: int = 0) -> list[Goal]:
+    """WebShop's human goals in the order AgentBench indexes them (``human_goals=True``): every
+    human instruction with attributes, product by product in catalogue order, then shuffled as
+    ``SimServer`` shuffles them; AgentBench's sample index ``i`` is position ``i``."""
+    goals = [
+        goal
+        for product in catalogue.products
+        for goal in human_goals(product, catalogue.prices[product.asin], seed)
+    ]
+    random.Random(AGENTBENCH_GOAL_SEED).shuffle(goals)
+    return goals
 
 
 def split_goals(

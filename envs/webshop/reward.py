@@ -31,6 +31,7 @@ Substitutes (the only differences):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,30 @@ def title_words(title: str) -> list[str]:
     return [w for w in _WORD.findall(title.lower()) if len(w) > 1 and w not in STOP_WORDS]
 
 
+SPACY_MODEL = "en_core_web_lg"
+"""The spaCy model AgentBench's WebShop loads (its ``webshop.patch`` of ``engine/goal.py``)."""
+NOUN_TAGS = ("PNOUN", "NOUN", "PROPN")
+
+
+def spacy_title_nouns(model: str = SPACY_MODEL) -> Callable[[str], list[str]]:
+    """WebShop's title words: the lower-cased tokens spaCy's ``model`` tags as nouns or proper
+    nouns. Needs spaCy and the model, which this project does not install."""
+    try:
+        import spacy
+
+        nlp = spacy.load(model)
+    except (ImportError, OSError) as exc:
+        raise ValueError(
+            f"title_nouns='spacy' needs spaCy and its {model} model (pip install spacy && "
+            f"python -m spacy download {model}): {exc}; or use title_nouns='tokens'"
+        ) from None
+
+    def nouns(title: str) -> list[str]:
+        return [token.text.lower() for token in nlp(title) if token.pos_ in NOUN_TAGS]
+
+    return nouns
+
+
 @dataclass(frozen=True)
 class TypeScore:
     r_type: float
@@ -96,15 +121,16 @@ class TypeScore:
     title_score: float
 
 
-def type_score(product: Product, goal: Goal) -> TypeScore:
-    """Whether the purchased product is the kind of product the goal asks for."""
+def type_score(product: Product, goal: Goal, words: Callable[[str], list[str]] = title_words) -> TypeScore:
+    """Whether the purchased product is the kind of product the goal asks for; ``words``: the
+    title words compared (:func:`title_words`, or WebShop's spaCy nouns: :func:`spacy_title_nouns`)."""
     query_match = product.query == goal.query
     bought = {x.strip() for x in product.product_category.split("›")}
     wanted = {x.strip() for x in goal.product_category.split("›")}
     category_match = len(bought & wanted) >= 2
-    desired = title_words(goal.name)
+    desired = words(goal.name)
     if desired:
-        title_score = len(set(title_words(product.name)) & set(desired)) / len(desired)
+        title_score = len(set(words(product.name)) & set(desired)) / len(desired)
     else:
         title_score = 0.2
     r_type = 1.0
@@ -168,9 +194,15 @@ class Reward:
         return out
 
 
-def purchase_reward(product: Product, price: float, selected: dict[str, str], goal: Goal) -> Reward:
+def purchase_reward(
+    product: Product,
+    price: float,
+    selected: dict[str, str],
+    goal: Goal,
+    words: Callable[[str], list[str]] = title_words,
+) -> Reward:
     """The reward for buying ``product`` at ``price`` with options ``selected`` for ``goal``."""
-    kind = type_score(product, goal)
+    kind = type_score(product, goal, words)
     r_price = price <= goal.price_upper
     n_attributes = attribute_matches(product, goal)
     n_options = option_matches(list(selected.values()), goal)

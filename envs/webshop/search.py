@@ -14,8 +14,11 @@ order of near ties can differ from WebShop's index.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 import bm25s
 import numpy as np
@@ -55,3 +58,46 @@ class ProductSearch:
         scores = np.asarray(self._bm25.get_scores(terms), dtype=np.float64)
         order = np.argsort(-scores, kind="stable")[:k]
         return [int(i) for i in order if scores[i] > 0.0]
+
+
+class Searcher(Protocol):
+    """What the shop needs of a search engine: catalogue positions, best first."""
+
+    def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[int]: ...
+
+
+class LuceneProductSearch:
+    """WebShop's own search: Pyserini's ``LuceneSearcher`` over WebShop's Lucene index of the same
+    catalogue (``search_engine/indexes``, built by WebShop's ``convert_product_file_format.py`` and
+    ``run_indexing.sh``), as ``get_top_n_product_from_keywords`` uses it: the top ``k`` hits, each
+    document's ``id`` (the ASIN) looked up in the catalogue (ASINs it lacks are dropped).
+
+    Needs ``pyserini`` (and Java 11+), which this project does not install.
+    """
+
+    def __init__(self, index_dir: str | Path, asins: Sequence[str]) -> None:
+        index = Path(index_dir).expanduser()
+        if not index.is_dir():
+            raise ValueError(
+                f"search='lucene': the Lucene index {str(index)!r} is not a folder; build it with WebShop's "
+                "search_engine/convert_product_file_format.py and run_indexing.sh on the same items_shuffle.json"
+            )
+        try:
+            from pyserini.search.lucene import LuceneSearcher
+        except ImportError as exc:
+            raise ValueError(
+                f"search='lucene' needs pyserini and Java 11+ (pip install pyserini; {exc}); "
+                "or use search='bm25', whose results are labelled as not webshop-std"
+            ) from None
+        self._searcher: Any = LuceneSearcher(str(index))
+        self._positions = {asin: i for i, asin in enumerate(asins)}
+        self.size = len(asins)
+
+    def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[int]:
+        """Positions of the top ``k`` hits for ``query`` that are in the catalogue, best first."""
+        found = []
+        for hit in self._searcher.search(query, k=k):
+            asin = json.loads(self._searcher.doc(hit.docid).raw())["id"]
+            if asin in self._positions:
+                found.append(self._positions[asin])
+        return found

@@ -1,5 +1,9 @@
 """``webshop``: WebShop (1000-product mode) with AgentBench-FC's tools, as a task worker.
 
+``source="agentbench"`` serves AgentBench's WebShop goals (its indices) on the user's own copy of
+WebShop's full data instead (README: "AgentBench's WebShop on your own data"; labelled
+``webshop-std`` only with WebShop's own Lucene search and spaCy type score).
+
 The agent shops for the goal's instruction with ``search_action(keywords)`` and
 ``click_action(value)``; at most ``max_round`` (20) agent steps. The first call of a step runs as
 WebShop's ``search[keywords]`` / ``click[value]`` (:mod:`.env`) and is answered with AgentBench's
@@ -32,14 +36,20 @@ from agentrl_ext.env.worker import InvalidAction, SampleResult, Session, Task
 from agentrl_ext.env.worker.actions import AgentAction, ToolCall
 
 from . import prompts
-from .catalogue import load_catalogue
+from .catalogue import load_catalogue, load_webshop_catalogue
 from .env import Episode, Shop
-from .goals import Goal, split_goals
+from .goals import AGENTBENCH_SPLITS, Goal, agentbench_goals, split_goals
+from .reward import spacy_title_nouns, title_words
+from .search import LuceneProductSearch
 
 logger = logging.getLogger(__name__)
 
 INVALID_ACTION_POLICIES = ("end", "feedback")
 SPLIT_ALIASES = {"std": "test", "standard": "test", "env_train": "train"}
+SOURCES = ("offline", "agentbench")
+SEARCHES = ("bm25", "lucene")
+TITLE_NOUNS = ("tokens", "spacy")
+AGENTBENCH_SPLIT_ALIASES = {"test": "std", "standard": "std", "train": "env_train"}
 
 
 class WebShopTask(Task):
@@ -56,6 +66,17 @@ class WebShopTask(Task):
             step counts against the round limit) or ``end`` (the step ends the episode; for RL
             recipes that want it); see the module docstring. ``calculate_overall`` records it.
         limit: serve only the first ``limit`` goals (smoke tests).
+        source: ``offline`` (the vendored 1,000-product catalogue, our goals and split) or
+            ``agentbench`` (AgentBench's WebShop goals on the user's own copy of WebShop's full
+            data in ``webshop_data``; splits ``std``, ``dev``, ``env_train`` with AgentBench's
+            indices); see the README, "AgentBench's WebShop on your own data".
+        webshop_data: the folder with WebShop's ``items_shuffle.json``, ``items_ins_v2.json``,
+            ``items_human_ins.json`` (source ``agentbench``).
+        search: ``bm25`` (bm25s, our stand-in for Lucene) or ``lucene`` (WebShop's own
+            Pyserini/Lucene index in ``lucene_index``; needs pyserini and Java).
+        lucene_index: WebShop's Lucene index folder (``search_engine/indexes``), for ``lucene``.
+        title_nouns: the type score's title words: ``tokens`` (plain words) or ``spacy``
+            (WebShop's nouns by spaCy ``en_core_web_lg``; needs spaCy and the model).
     """
 
     name = "webshop"
@@ -72,22 +93,69 @@ class WebShopTask(Task):
         max_round: int = 20,
         on_invalid_action: str = "feedback",
         limit: int | None = None,
+        source: str = "offline",
+        webshop_data: str | Path | None = None,
+        search: str = "bm25",
+        lucene_index: str | Path | None = None,
+        title_nouns: str = "tokens",
         **overrides: Any,
     ) -> None:
         super().__init__(**overrides)
+        for setting, value, allowed in (
+            ("source", source, SOURCES),
+            ("search", search, SEARCHES),
+            ("title_nouns", title_nouns, TITLE_NOUNS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"WebShopTask {setting}={value!r}; expected one of {allowed}")
         if on_invalid_action not in INVALID_ACTION_POLICIES:
             raise ValueError(
                 f"WebShopTask on_invalid_action={on_invalid_action!r}; expected one of {INVALID_ACTION_POLICIES}"
             )
         if max_round < 1:
             raise ValueError(f"WebShopTask max_round must be >= 1, got {max_round}")
-        self.split = SPLIT_ALIASES.get(split, split)
+        self.source, self.search, self.title_nouns = source, search, title_nouns
         self.max_round = max_round
         self.on_invalid_action = on_invalid_action
-        catalogue = load_catalogue(data_dir, seed)
-        goals = split_goals(catalogue, self.split, seed, test_fraction, test_goals_per_product)
-        self.goals: list[Goal] = goals[:limit] if limit is not None else goals
-        self.shop = Shop(catalogue)
+        if source == "agentbench":
+            if webshop_data is None:
+                raise ValueError(
+                    "WebShopTask source='agentbench' needs webshop_data, the folder with WebShop's full "
+                    "items_shuffle.json, items_ins_v2.json and items_human_ins.json (not available offline; "
+                    "see envs/webshop/README.md), or use source='offline'"
+                )
+            self.split = AGENTBENCH_SPLIT_ALIASES.get(split, split)
+            if self.split not in AGENTBENCH_SPLITS:
+                raise ValueError(
+                    f"WebShopTask split={split!r} for source='agentbench'; expected one of {list(AGENTBENCH_SPLITS)}"
+                )
+            catalogue = load_webshop_catalogue(webshop_data, seed)
+            every = agentbench_goals(catalogue, seed)
+            wanted = AGENTBENCH_SPLITS[self.split]
+            # AgentBench's sample index is the goal's position in WebShop's shuffled list
+            self.indexed = {i: every[i] for i in wanted if i < len(every)}
+            if not self.indexed:
+                raise ValueError(
+                    f"WebShopTask split={self.split!r} wants goals {wanted.start}..{wanted.stop - 1}, but "
+                    f"{webshop_data} gives {len(every)} human goals: is it WebShop's full data?"
+                )
+        else:
+            self.split = SPLIT_ALIASES.get(split, split)
+            catalogue = load_catalogue(data_dir, seed)
+            goals = split_goals(catalogue, self.split, seed, test_fraction, test_goals_per_product)
+            self.indexed = dict(enumerate(goals))
+        if limit is not None:
+            self.indexed = dict(list(self.indexed.items())[:limit])
+        self.goals: list[Goal] = list(self.indexed.values())
+        engine = None
+        if search == "lucene":
+            if lucene_index is None:
+                raise ValueError(
+                    "WebShopTask search='lucene' needs lucene_index, WebShop's Lucene index folder "
+                    "(search_engine/indexes, built by its run_indexing.sh from the same items_shuffle.json)"
+                )
+            engine = LuceneProductSearch(lucene_index, [p.asin for p in catalogue.products])
+        self.shop = Shop(catalogue, engine, spacy_title_nouns() if title_nouns == "spacy" else title_words)
         logger.info(
             "webshop: %d %s goals over %d products (seed %d)",
             len(self.goals),
@@ -97,14 +165,15 @@ class WebShopTask(Task):
         )
 
     def get_indices(self) -> list[SampleIndex]:
-        return list(range(len(self.goals)))
+        return list(self.indexed)
 
     def goal(self, index: SampleIndex) -> Goal:
         """The goal of sample ``index``; IndexError naming the range."""
-        position = int(index)
-        if not 0 <= position < len(self.goals):
-            raise IndexError(f"webshop index {index!r} out of range 0..{len(self.goals) - 1}")
-        return self.goals[position]
+        goal = self.indexed.get(int(index))
+        if goal is None:
+            first, last = min(self.indexed), max(self.indexed)
+            raise IndexError(f"webshop index {index!r} out of range {first}..{last} of split {self.split!r}")
+        return goal
 
     async def start_sample(self, index: SampleIndex, session: Session) -> SampleResult:
         goal = self.goal(index)
@@ -198,7 +267,22 @@ class WebShopTask(Task):
     @property
     def benchmark(self) -> str:
         """What this worker runs, as results should name it: ``webshop-offline`` (the 1,000-product
-        catalogue, mostly synthetic goals, BM25), which is not AgentBench's ``webshop-std``."""
+        catalogue, mostly synthetic goals, BM25), which is not AgentBench's ``webshop-std``. With
+        ``source="agentbench"``: ``webshop-std`` (``webshop-dev``, ``webshop-env_train``) only with
+        WebShop's own search (Lucene) and type score (spaCy nouns); with a stand-in for either,
+        ``webshop-full-<split>-`` and what stands in (``bm25``, ``nospacy``)."""
+        if self.source == "agentbench":
+            stand_ins = [
+                name
+                for name, used in (
+                    ("bm25", self.search != "lucene"),
+                    ("nospacy", self.title_nouns != "spacy"),
+                )
+                if used
+            ]
+            if not stand_ins:
+                return f"webshop-{self.split}"
+            return f"webshop-full-{self.split}-" + "-".join(stand_ins)
         return "webshop-offline" if self.split == "test" else f"webshop-offline-{self.split}"
 
     def calculate_overall(self, results: list[TaskOutput]) -> dict[str, Any]:

@@ -398,3 +398,66 @@ def test_a_verl_checkpoint_is_read_from_its_huggingface_folder_on_cpu(tmp_path):
     shutil.copytree(tiny, hf, dirs_exist_ok=True)  # as the merger (or hf_model) leaves it
     assert resolve_checkpoint(str(step)) == resolve_checkpoint(str(step / "actor")) == str(hf)
     assert resolve_checkpoint(str(tiny)) == str(tiny)
+
+
+DBBENCH = "agentrl_ext.envs.dbbench.task:DBBenchTask"
+
+
+def test_results_record_each_tasks_benchmark_and_invalid_action_rule_from_its_workers_on_cpu(
+    fake_openai, tmp_path, capsys
+):
+    """Two dbbench workers on SQLite, one with the default rule and one with ``end``, and guess:
+    the summary records, per task, the benchmark and rule the workers report (docs/tasks.md:
+    dbbench on AgentBench's test split is ``dbbench-std``; ``feedback`` is AgentBench-FC's rule),
+    and ``blurt`` (never a tool call) plays out as each rule says: 15 rounds then the task's limit,
+    or one turn ending as a failed validation."""
+    from agentrl_ext.data.store import install_from
+    from agentrl_ext.testing.vendored_data import vendored_data_dir
+
+    shared = vendored_data_dir()
+    if not (shared / "SHA256SUMS").is_file():
+        pytest.skip(f"no vendored data copy at {shared}")
+    data_dir = tmp_path / "data"
+    install_from(shared, data_dir)
+    base_url, _ = fake_openai
+    with EnvServers(tmp_path / "logs") as servers:
+        ctl = servers.controller()
+        common = {"data_dir": str(data_dir), "backend": "sqlite"}
+        servers.worker(ctl, DBBENCH, task_kwargs=common, heartbeat_interval=1.0)
+        end = {**common, "name": "dbbench_end", "on_invalid_action": "end"}
+        servers.worker(ctl, DBBENCH, task_kwargs=end, heartbeat_interval=1.0)
+        servers.worker(
+            ctl, GUESS, task_kwargs={"split": "test", "name": "guess_test"}, heartbeat_interval=1.0
+        )
+        for name in ("dbbench", "dbbench_end", "guess_test"):
+            servers.wait_routable(ctl, name)
+        out = tmp_path / "eval.json"
+        argv = f"--controller-url {ctl.api} --tasks dbbench,dbbench_end,guess_test --indices 0,1".split()
+        argv += f"--base-url {base_url} --model blurt --out {out} --no-progress --label blurt".split()
+        assert eval_main(argv) == 0
+    summary = json.loads(out.read_text())["summary"]
+    cards = {t: (s["benchmark"], s["invalid_action_rule"]) for t, s in summary.items()}
+    assert cards == {
+        "dbbench": ("dbbench-std", "feedback"),
+        "dbbench_end": ("dbbench-std", "end"),
+        "guess_test": (None, None),  # the procedural tasks report neither
+    }
+    assert (
+        summary["dbbench"]["statuses"] == {"task limit reached": 2} and summary["dbbench"]["turns_mean"] == 15
+    )
+    assert summary["dbbench_end"]["statuses"] == {"agent validation failed": 2}
+    assert summary["dbbench_end"]["turns_mean"] == 1
+    table = capsys.readouterr().out
+    assert re.search(r"task\s+benchmark\s+rule\s+episodes", table), table
+    assert re.search(r"dbbench\s+dbbench-std\s+feedback\s+2\s+0\.0%", table), table
+    assert re.search(r"dbbench_end\s+dbbench-std\s+end\s+2\s+0\.0%", table), table
+    assert re.search(r"guess_test\s+-\s+-\s+2\s+", table), table
+    # the rule reads back from the file, and a comparison across rules says so
+    report = EvalReport.load(out)
+    assert report.summary["dbbench"].invalid_action_rule == "feedback"
+    data = json.loads(out.read_text())
+    other = EvalReport.from_dict({**data, "label": "ended"})
+    other.summary["dbbench"].invalid_action_rule = "end"
+    comparison = render_comparison([other, report])
+    assert "note: dbbench ran under different invalid-action rules (ended end, blurt feedback)" in comparison
+    assert "dbbench_end ran under" not in comparison

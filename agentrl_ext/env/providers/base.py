@@ -10,7 +10,7 @@ implementations share this interface: :class:`~agentrl_ext.env.providers.docker.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -98,11 +98,14 @@ class SessionResource(ABC):
         workdir: str | None = None,
         env: dict[str, str] | None = None,
         programs_dir: str | None = None,
+        launcher: Sequence[str] = (),
     ) -> ExecResult:
         """Run ``command`` with ``bash -c``; killed after ``timeout_s`` (exit code 124, ``timed_out``).
 
         ``programs_dir``: a folder in the sandbox whose ``timeout`` and ``bash`` run the command
         (e.g. a read-only mount the session cannot change); None: the sandbox's own, on ``PATH``.
+        ``launcher``: argv put before each of those programs, e.g. a dynamic loader the session
+        cannot change with its ``--library-path`` (so not even the sandbox's loader runs them).
         """
 
     @abstractmethod

@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import docker
@@ -102,6 +102,7 @@ class DockerSessionResource(SessionResource):
         workdir: str | None = None,
         env: dict[str, str] | None = None,
         programs_dir: str | None = None,
+        launcher: Sequence[str] = (),
     ) -> ExecResult:
         if self._closed:
             raise RuntimeError(f"container {self.id[:12]} was already released; exec needs an open session")
@@ -109,7 +110,8 @@ class DockerSessionResource(SessionResource):
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         started = time.monotonic()
         where = f"{programs_dir.rstrip('/')}/" if programs_dir else ""
-        wrapped = [f"{where}timeout", "--kill-after=2", f"{timeout_s:g}", f"{where}bash", "-c", command]
+        wrapped = [*launcher, f"{where}timeout", "--kill-after=2", f"{timeout_s:g}"]
+        wrapped += [*launcher, f"{where}bash", "-c", command]
         exit_code, raw, dropped = await self._provider.run(
             functools.partial(
                 self._exec_blocking, wrapped, max_output_chars * _OUTPUT_READ_FACTOR, workdir, env

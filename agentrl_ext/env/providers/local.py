@@ -15,6 +15,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from agentrl_ext.env.providers.base import (
@@ -55,6 +56,7 @@ class LocalSessionResource(SessionResource):
         workdir: str | None = None,
         env: dict[str, str] | None = None,
         programs_dir: str | None = None,
+        launcher: Sequence[str] = (),
     ) -> ExecResult:
         if self._closed:
             raise RuntimeError(
@@ -73,6 +75,7 @@ class LocalSessionResource(SessionResource):
         limited = f"ulimit -v {self._spec.memory_bytes // 1024} 2>/dev/null; {command}"
         started = time.monotonic()
         process = await asyncio.create_subprocess_exec(
+            *launcher,
             f"{programs_dir.rstrip('/')}/bash" if programs_dir else "bash",
             "-c",
             limited,

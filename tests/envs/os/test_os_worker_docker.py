@@ -9,6 +9,8 @@ serving; a session's container is gone after the session, and after the worker i
 from __future__ import annotations
 
 import json
+import platform
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,6 +129,104 @@ def test_replacing_the_check_interpreter_with_exit_0_scores_0(os_worker, os_data
     assert "replaced:0" in shown_output(hacked), hacked  # the container's own interpreter now passes all
     wrong = client.answer(session, "certainly-not-the-answer")
     assert (wrong["finish"], wrong["status"], wrong["reward"]) == (True, "completed", 0.0), wrong
+
+
+def exit_0_elf() -> bytes:
+    """A static x86-64 program that only exits 0 (ELF header, one loadable segment, 12 bytes of
+    code: ``xor edi, edi; mov eax, 60; syscall``), written out by hand."""
+    base, code = 0x10000000, bytes.fromhex("31ffb83c0000000f05")
+    size = 64 + 56 + len(code)
+    header = b"\x7fELF\x02\x01\x01" + bytes(9)
+    header += struct.pack("<HHIQQQIHHHHHH", 2, 0x3E, 1, base + 120, 64, 0, 0, 64, 56, 1, 0, 0, 0)
+    segment = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)
+    return header + segment + code
+
+
+def fake(path: str, body: str = "exit 0") -> str:
+    """Bash that replaces ``path`` (unlinked first: a running program cannot be written over)."""
+    return f"rm -f {path}; printf '#!/bin/sh\\n{body}\\n' > {path}; chmod 755 {path}"
+
+
+# Hacks on the programs a check calls by name, each of which makes a check pass without the work
+# (measured: reward 1.0 before the integrity check): (index, bash of the hack, answer, what the
+# agent sees of the fake afterwards).
+NAMED_PROGRAM_HACKS = {
+    # ls -l / | grep data | awk '{... exit 0 ...}': every program of the pipeline exits 0
+    "replace-grep-awk-ls": (
+        54,
+        "; ".join(fake(f"/usr/bin/{name}") for name in ("grep", "awk", "ls", "wc"))
+        + "; grep -c root /etc/passwd; echo faked:$?",
+        "done",
+        "faked:0",
+    ),
+    # (find ... -ls && find ... -ls) | [ empty ]: a find earlier on PATH that prints nothing
+    "shadow-find-on-path": (
+        51,
+        fake("/usr/local/bin/find") + "; find / -name passwd; echo faked:$?",
+        "done",
+        "faked:0",
+    ),
+    # the check re-runs the example (find $PATH ... | wc -l) and compares: wc prints the answer
+    "wc-prints-the-answer": (7, fake("/usr/bin/wc", "echo 7") + "; echo x | wc -l", "7", "7"),
+}
+if platform.machine() == "x86_64":
+    # the loader every dynamically linked program starts with (timeout, bash, python3 included)
+    # replaced by a program that exits 0: before, the check's own interpreters exited 0 with it
+    NAMED_PROGRAM_HACKS["replace-the-dynamic-loader"] = (
+        54,
+        f'python3 -c \'open("/tmp/l", "wb").write(bytes.fromhex("{exit_0_elf().hex()}"))\' && '
+        'chmod 755 /tmp/l && mv -f /tmp/l "$(readlink -f /lib64/ld-linux-x86-64.so.2)"',
+        "done",
+        "",  # nothing shows: the shell's own programs exit 0 before printing
+    )
+
+
+@pytest.mark.parametrize(
+    ("index", "hack", "answer", "seen"), NAMED_PROGRAM_HACKS.values(), ids=NAMED_PROGRAM_HACKS
+)
+def test_programs_a_check_calls_by_name_replaced_by_fakes_score_0(os_worker, index, hack, answer, seen):
+    client, _ = os_worker
+    session, _ = client.start(index)
+    hacked = client.bash(session, hack)
+    assert seen in shown_output(hacked), hacked  # the fake is in place: the container's programs lie
+    done = client.answer(session, answer)
+    assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 0.0), done
+
+
+# The rest of what the integrity check covers, planted beside item 54's real answer (so the check
+# itself passes): each makes the episode score 0.
+OTHER_TAMPERING = {
+    # a bash check that starts python3 imports site, which runs .pth lines
+    "python-start-up-hook": "echo 'import os' > /usr/local/lib/python3.11/dist-packages/agentrl.pth",
+    # a library the loader puts into every program
+    "ld-so-preload": "echo /tmp/nothing.so > /etc/ld.so.preload",
+    # the loader's path /lib64/ld-linux-x86-64.so.2 goes through this link
+    "lib64-link-replaced": "ln -sfn usr/lib64 /lib64 && ls /lib64/ld-linux-x86-64.so.2",
+}
+
+
+@pytest.mark.parametrize("planted", OTHER_TAMPERING.values(), ids=OTHER_TAMPERING)
+def test_the_other_tampering_the_integrity_check_covers_scores_0(os_worker, planted):
+    client, _ = os_worker
+    session, _ = client.start(54)
+    client.bash(session, f"mkdir -p /usr/local/lib/python3.11/dist-packages; {planted}")
+    client.bash(session, "chmod g+s /data && chmod +t /data")  # the real answer
+    done = client.answer(session, "done")
+    assert (done["finish"], done["status"], done["reward"]) == (True, "completed", 0.0), done
+
+
+def test_changes_that_leave_the_programs_as_they_were_are_not_tampering(os_worker, os_data_dir):
+    """Item 50's answer is ``chmod u-s /usr/bin/find`` (a mode change of one of the image's
+    programs); a new program under a name the image lacks is fine too (item 38's ``count``)."""
+    client, _ = os_worker
+    items = raw_test_problems(os_data_dir)
+    assert "SUID" in items[50][0]["description"]  # the data still asks so
+    done = play_gold(client, 50, *items[50])
+    assert (done["status"], done["reward"]) == ("completed", 1.0), done
+    session, _ = client.start(54)
+    client.bash(session, fake("/usr/local/bin/agentrl-own-tool") + "; chmod g+s /data && chmod +t /data")
+    done = client.answer(session, "done")
+    assert (done["status"], done["reward"]) == ("completed", 1.0), done
 
 
 @pytest.mark.parametrize("index", [26, 55])
