@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from webshop_helpers import WEBSHOP_TASK, RawClient, available_actions
 
-from agentrl_ext.data.store import DataError
+from agentrl_ext.env.data_files import DataError
 from agentrl_ext.env.protocol import SampleStatus, TaskOutput
 from agentrl_ext.testing.env_servers import EnvServers
 from envs.webshop.task import WebShopTask
