@@ -219,7 +219,7 @@ class EnvsConfig:
 
     #: start the controller, the task workers and the servers they need before training, stop them after
     launch: bool = False
-    #: the tasks to serve (names of agentrl_ext.env.launcher.KNOWN_TASKS), e.g. [dbbench, kg]
+    #: the tasks to serve (names in the task catalogue, `agentrl-envs list`), e.g. [dbbench, kg]
     tasks: Optional[List[str]] = None  # noqa: UP006, UP045
     #: the controller's port on 127.0.0.1
     port: int = 5020
@@ -235,15 +235,15 @@ class EnvsConfig:
     ready_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
-        from agentrl_ext.env.launcher import KNOWN_TASKS, SPLITS
+        from agentrl_ext.env.tasks import SPLITS, task_specs
 
-        known = ", ".join(sorted(KNOWN_TASKS))
+        known = ", ".join(task_specs())
         if self.launch and not self.tasks:
             raise ValueError(
                 f"agentrl.envs.launch=true needs agentrl.envs.tasks, e.g. [dbbench,kg]; known tasks: {known}"
             )
         for name in [*(self.tasks or []), *(self.task_kwargs or {})]:
-            if name not in KNOWN_TASKS:
+            if name not in task_specs():
                 raise ValueError(f"agentrl.envs: unknown task {name!r}; known tasks: {known}")
         if self.split not in SPLITS:
             raise ValueError(f"agentrl.envs.split={self.split!r}; expected one of {SPLITS}")

@@ -29,23 +29,22 @@ from typing import Any
 
 from agentrl_ext.env.client import ControllerClient
 from agentrl_ext.env.protocol import SampleIndex, SampleStatus
+from agentrl_ext.env.tasks import task_specs
 
 ExpertPolicy = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
-EXPERTS: dict[str, str] = {
-    "guess": "agentrl_ext.envs.guess.expert:expert_action",
-    "calc": "agentrl_ext.envs.calc.expert:expert_action",
-    "gridroom": "agentrl_ext.envs.gridroom.expert:expert_action",
-}
-"""Task name -> ``module:function`` of its expert policy."""
+
+def experts() -> dict[str, str]:
+    """Task name -> ``module:function`` of its expert policy, from the task catalogue."""
+    return {name: spec.expert for name, spec in task_specs().items() if spec.expert}
 
 
 def _from_expert_module(task: str, name: str | None = None) -> Any:
     """The expert of ``task`` (``name`` None) or attribute ``name`` of its module (None if absent)."""
-    spec = EXPERTS.get(task, task)
+    spec = experts().get(task, task)
     if ":" not in spec:
         raise ValueError(
-            f"no expert policy for task {task!r}; known: {', '.join(sorted(EXPERTS))} "
+            f"no expert policy for task {task!r}; known: {', '.join(sorted(experts()))} "
             "(or pass 'module:function')"
         )
     module, _, function = spec.partition(":")
@@ -53,7 +52,7 @@ def _from_expert_module(task: str, name: str | None = None) -> Any:
 
 
 def expert_policy(task: str) -> ExpertPolicy:
-    """The expert policy of ``task`` (a name in :data:`EXPERTS`, or a ``module:function`` spec)."""
+    """The expert policy of ``task`` (a task whose spec names an expert, or a ``module:function`` spec)."""
     policy: ExpertPolicy = _from_expert_module(task)
     return policy
 

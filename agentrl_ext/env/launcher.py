@@ -12,7 +12,7 @@ per task (a local process, or with ``--docker`` a container of the task's image 
 where everything listens, and on Ctrl-C / SIGTERM stops all of it, last started first, leaving
 no process or container behind (and the servers it started itself, not those it found running).
 
-Every task the launcher knows is one row of :data:`KNOWN_TASKS`: add a task there. The process
+The tasks it can start are the task catalogue's (:mod:`agentrl_ext.env.tasks`). The process
 helpers here (:class:`ServerProcess`, :func:`wait_routable`, ...) are also what the tests start
 their servers with (:mod:`agentrl_ext.testing.env_servers`). ``agentrl-train`` starts the same
 stack from the recipe with :func:`launch_from_config` (``agentrl.envs.launch=true``).
@@ -41,6 +41,7 @@ import httpx
 
 from agentrl_ext import cli
 from agentrl_ext.env.protocol import API_PREFIX
+from agentrl_ext.env.tasks import SPLITS, task_spec, task_specs
 
 logger = logging.getLogger(__name__)
 
@@ -53,83 +54,13 @@ CONTAINER_LABEL = "agentrl_ext.launcher"
 T = TypeVar("T")
 
 
-# ---------------------------------------------------------------------------- the known tasks
-
-
-@dataclass(frozen=True)
-class KnownTask:
-    """One task the launcher can start."""
-
-    task_class: str
-    """The Task class, ``module:Class`` (installed as ``agentrl_ext.envs.<task>``)."""
-    needs: tuple[str, ...] = ()
-    """Servers it needs: ``mariadb`` (scripts/mariadb.sh; passed as ``mariadb_url`` unless the
-    kwargs say ``backend: sqlite``), ``docker`` (the engine, as ``DOCKER_HOST``), ``data`` (the
-    data directory, mounted into its container)."""
-    splits: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Task kwargs per ``--split`` (``train`` / ``test``)."""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    """Task kwargs for every split."""
-
-
-def _procedural(cls: str) -> KnownTask:
-    return KnownTask(cls, splits={"train": {"split": "train"}, "test": {"split": "test"}})
-
-
-KNOWN_TASKS: dict[str, KnownTask] = {
-    "dbbench": KnownTask(
-        "agentrl_ext.envs.dbbench.task:DBBenchTask",
-        needs=("mariadb", "data"),
-        splits={"train": {"split": "train"}, "test": {"split": "standard"}},
-    ),
-    "kg": KnownTask(
-        "agentrl_ext.envs.kg.task:KGTask", splits={"train": {"split": "train"}, "test": {"split": "test"}}
-    ),
-    "webshop": KnownTask(
-        "agentrl_ext.envs.webshop.task:WebShopTask",
-        needs=("data",),
-        splits={"train": {"split": "train"}, "test": {"split": "test"}},
-    ),
-    "os": KnownTask(
-        "agentrl_ext.envs.os.task:OSTask",
-        needs=("docker", "data"),
-        splits={"train": {"split": "train"}, "test": {"split": "test"}},
-    ),
-    "alfworld": KnownTask(
-        "agentrl_ext.envs.alfworld.task:ALFWorldTask",
-        needs=("data",),
-        splits={"train": {"split": "train"}, "test": {"split": "new_std"}},
-    ),
-    "guess": _procedural("agentrl_ext.envs.guess.task:GuessTask"),
-    "calc": _procedural("agentrl_ext.envs.calc.task:CalcTask"),
-    "gridroom": _procedural("agentrl_ext.envs.gridroom.task:GridRoomTask"),
-    "letters": KnownTask("agentrl_ext.envs.letters.task:LettersTask"),
-    "digits": KnownTask("agentrl_ext.envs.letters.task:DigitsTask"),
-}
-"""Task name -> how to start it. One entry per task; ``agentrl-envs list`` prints this table."""
-
-SPLITS = ("train", "test")
-
-
-def known_task(name: str) -> KnownTask:
-    """The table row of ``name``; ValueError listing the known tasks otherwise."""
-    if name not in KNOWN_TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
-    return KNOWN_TASKS[name]
-
-
-def task_kwargs(name: str, split: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The kwargs a task is started with: the table's, the split's, then ``overrides``."""
-    if split not in SPLITS:
-        raise ValueError(f"split {split!r}; expected one of {SPLITS}")
-    row = known_task(name)
-    return {**row.kwargs, **row.splits.get(split, {}), **(overrides or {})}
+# ---------------------------------------------------------------------------- the tasks
 
 
 def wants_mariadb(name: str, kwargs: dict[str, Any]) -> bool:
     """Whether the task runs on the MariaDB server (needs it, and no SQLite backend was asked for)."""
     return (
-        "mariadb" in known_task(name).needs
+        "mariadb" in task_spec(name).needs
         and kwargs.get("backend") != "sqlite"
         and not kwargs.get("mariadb_url")
     )
@@ -379,7 +310,7 @@ class EnvStack:
     """The controller, one worker per task and the servers they need; a context manager.
 
     Args:
-        tasks: names of :data:`KNOWN_TASKS`.
+        tasks: names in the task catalogue (:func:`~agentrl_ext.env.tasks.task_specs`).
         port: the controller's port on 127.0.0.1.
         docker: each worker in its own container (``agentrl-<task>:latest``, built when missing).
         split: ``train`` or ``test``: the table's kwargs for that split.
@@ -410,15 +341,17 @@ class EnvStack:
     def __post_init__(self) -> None:
         self.tasks = list(self.tasks)
         if not self.tasks:
-            raise ValueError(f"no task to start; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
+            raise ValueError(f"no task to start; known tasks: {', '.join(task_specs())}")
         if len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"tasks {self.tasks} name a task twice")
         for name in [*self.tasks, *self.kwargs]:
-            known_task(name)
+            task_spec(name)
         extra = sorted(set(self.kwargs) - set(self.tasks))
         if extra:
             raise ValueError(f"task kwargs given for {extra}, which are not started (tasks: {self.tasks})")
-        self.task_kwargs = {name: task_kwargs(name, self.split, self.kwargs.get(name)) for name in self.tasks}
+        self.task_kwargs = {
+            name: task_spec(name).kwargs_for(self.split, self.kwargs.get(name)) for name in self.tasks
+        }
         if self.docker:
             missing = [n for n in self.tasks if not (SCRIPTS.parent / "envs" / n / "Dockerfile").is_file()]
             if missing:
@@ -467,7 +400,7 @@ class EnvStack:
             for name in self.tasks:
                 if wants_mariadb(name, self.task_kwargs[name]):
                     self.task_kwargs[name]["mariadb_url"] = self.services["mariadb"]
-        if self.docker or any("docker" in known_task(n).needs for n in self.tasks):
+        if self.docker or any("docker" in task_spec(n).needs for n in self.tasks):
             self._service("dockerd", "dockerd.sh", "host")
         self.controller = ServerProcess(
             "controller",
@@ -505,7 +438,7 @@ class EnvStack:
     def _start_worker(self, name: str, log_dir: Path) -> None:
         port = free_port()
         argv = worker_argv(
-            known_task(name).task_class,
+            task_spec(name).task_class,
             port,
             self.api,
             self.task_kwargs[name],
@@ -556,7 +489,7 @@ class EnvStack:
         kwargs = {k: v for k, v in self.task_kwargs[name].items() if k != "data_dir"}
         command = worker_argv("", port, self.api, kwargs, self.heartbeat_interval, python=())[1:]
         volumes = {}
-        if "data" in known_task(name).needs:
+        if "data" in task_spec(name).needs:
             from agentrl_ext.env.data_files import data_dir
 
             volumes[str(data_dir(self.task_kwargs[name].get("data_dir")))] = {"bind": "/data", "mode": "ro"}
@@ -565,7 +498,7 @@ class EnvStack:
             folder = str(Path(socket_url.removeprefix("unix://").split("?")[0]).parent)
             volumes[folder] = {"bind": folder, "mode": "rw"}
         environment = {}
-        if "docker" in known_task(name).needs:  # its per-session containers: the engine's socket, same path
+        if "docker" in task_spec(name).needs:  # its per-session containers: the engine's socket, same path
             engine = self.services["dockerd"]
             if engine.startswith("unix://"):
                 path = engine.removeprefix("unix://")
@@ -748,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     up = commands.add_parser(
         "up", help="start the controller and task workers; Ctrl-C stops them", formatter_class=defaults
     )
-    cli.add_tasks(up, help=f"comma-separated, of: {','.join(KNOWN_TASKS)}")
+    cli.add_tasks(up, help=f"comma-separated, of: {','.join(task_specs())}")
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="the controller's port on 127.0.0.1")
     up.add_argument("--docker", action="store_true", help="each worker in its own container")
     up.add_argument(
@@ -770,9 +703,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health poll
     if args.command == "list":
-        for name, row in KNOWN_TASKS.items():
+        for name, row in task_specs().items():
             print(
                 f"{name:<10} {row.task_class}  needs: {','.join(row.needs) or '-'}  splits: {row.splits or '-'}"
+                f"  expert: {row.expert or '-'}"
             )
         return 0
     try:
@@ -822,16 +756,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "KNOWN_TASKS",
     "EnvStack",
-    "KnownTask",
     "ServerProcess",
     "free_port",
-    "known_task",
     "launch_from_config",
     "list_workers",
     "main",
-    "task_kwargs",
     "wait_routable",
     "wait_until",
     "worker_argv",

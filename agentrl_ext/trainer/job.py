@@ -237,15 +237,15 @@ def _stop_on_sigterm() -> None:
 def _warm_start(
     config: DictConfig, agentrl: AgentRLConfig, controller_url: str, tasks: list[str], run_dir: Path
 ) -> None:
-    from agentrl_ext.data.expert import DEFAULT_CARELESS_MOVE, EXPERTS, has_careless_action
+    from agentrl_ext.data.expert import DEFAULT_CARELESS_MOVE, experts, has_careless_action
     from agentrl_ext.platform.cpu_platform import cpu_platform_active
     from agentrl_ext.trainer.sft import run_sft, write_expert_dataset
 
-    sft_tasks = list(agentrl.sft.tasks) or [t for t in tasks if t in EXPERTS]
+    sft_tasks = list(agentrl.sft.tasks) or [t for t in tasks if t in experts()]
     if not sft_tasks:
         raise ValueError(
             f"agentrl.sft.enable is set but none of the run's tasks {tasks} has an expert "
-            f"(known: {', '.join(sorted(EXPERTS))}); set agentrl.sft.tasks or turn the warm start off"
+            f"(known: {', '.join(sorted(experts()))}); set agentrl.sft.tasks or turn the warm start off"
         )
     careless = {t: e for t, e in agentrl.sft.expert_noise.items() if e > 0}
     moves = dict(agentrl.sft.careless_move)

@@ -108,17 +108,17 @@ def _ensure_tiny_model(config: DictConfig, agentrl: AgentRLConfig, model_path: P
 def _tokenizer_corpus(config: DictConfig, agentrl: AgentRLConfig) -> list[str]:
     """The chat-rendered text of ``tokenizer_expert_episodes`` expert episodes of each of the
     run's tasks that has an expert, played through the controller."""
-    from agentrl_ext.data.expert import EXPERTS
+    from agentrl_ext.data.expert import experts
     from agentrl_ext.models.tiny import build_tokenizer
     from agentrl_ext.trainer.sft import expert_rows
 
     url = str(config.agentrl.agent_loop.get("controller_url") or "")
-    tasks = [t for t in agentrl.envs.tasks or [] if t in EXPERTS]
+    tasks = [t for t in agentrl.envs.tasks or [] if t in experts()]
     if not url or not tasks:
         raise ValueError(
             "agentrl.assets.tokenizer_expert_episodes needs expert episodes: a controller "
             f"(agentrl.agent_loop.controller_url={url!r}) and tasks with an expert in agentrl.envs.tasks "
-            f"({list(agentrl.envs.tasks or [])}; experts: {', '.join(sorted(EXPERTS))}); set it to 0 otherwise"
+            f"({list(agentrl.envs.tasks or [])}; experts: {', '.join(sorted(experts()))}); set it to 0 otherwise"
         )
     template = build_tokenizer(chat_template=agentrl.assets.tiny_chat_template)  # only its template renders
     lines: list[str] = []

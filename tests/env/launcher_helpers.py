@@ -73,8 +73,8 @@ def read_until(proc: subprocess.Popen[bytes], marker: str, timeout_s: float, log
     )
 
 
-def launcher(*args: str, log_dir: Path) -> subprocess.Popen[bytes]:
+def launcher(*args: str, log_dir: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "agentrl_ext.env.launcher", "up", *args, "--log-dir", str(log_dir)]
     return subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=subprocess_env(), cwd=REPO
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env or subprocess_env(), cwd=REPO
     )

@@ -17,7 +17,8 @@ import pytest
 from launcher_helpers import descendants, launcher, read_until, running
 
 from agentrl_ext.config import AgentRLConfig
-from agentrl_ext.env.launcher import KNOWN_TASKS, launch_from_config
+from agentrl_ext.env.launcher import launch_from_config
+from agentrl_ext.env.tasks import task_specs
 from agentrl_ext.testing.env_servers import free_port, list_workers, wait_until
 from agentrl_ext.testing.vendored_data import vendored_data_dir
 
@@ -141,7 +142,7 @@ def test_unknown_task_lists_the_known_ones_on_cpu(tmp_path):
     proc = launcher("--tasks", "kg,nosuch", log_dir=tmp_path)
     output = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 2
-    assert "unknown task 'nosuch'; known tasks: " + ", ".join(sorted(KNOWN_TASKS)) in output
+    assert "unknown task 'nosuch'; known tasks: " + ", ".join(task_specs()) in output
 
 
 def test_launch_from_config_starts_and_stops_the_stack_on_cpu():

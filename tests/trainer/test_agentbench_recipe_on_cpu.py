@@ -18,7 +18,8 @@ from omegaconf import DictConfig
 from agentrl_ext.config import AgentRLConfig
 from agentrl_ext.data.store import install_from
 from agentrl_ext.env.data_files import DataError
-from agentrl_ext.env.launcher import KNOWN_TASKS, EnvStack, known_task, wants_mariadb
+from agentrl_ext.env.launcher import EnvStack, wants_mariadb
+from agentrl_ext.env.tasks import task_spec, task_specs
 from agentrl_ext.models.tiny import TinyModelSpec
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
 from agentrl_ext.testing.vendored_data import vendored_data_dir
@@ -82,7 +83,7 @@ def test_agentbench_recipe_starts_the_five_tasks_and_builds_their_data_on_cpu():
 def test_every_task_of_the_agentbench_recipe_is_known_to_the_launcher_on_cpu():
     agentrl = AgentRLConfig.from_config(_compose().agentrl)
     tasks = list(agentrl.envs.tasks or [])
-    assert set(tasks) <= set(KNOWN_TASKS)
+    assert set(tasks) <= set(task_specs())
     # the stack the job would start (built, not started): train split of every task
     stack = EnvStack(
         tasks=tasks,
@@ -98,7 +99,7 @@ def test_every_task_of_the_agentbench_recipe_is_known_to_the_launcher_on_cpu():
     moved = AgentRLConfig.from_config(_compose(["agentrl.envs.port=5123"]).agentrl)
     assert moved.agent_loop.controller_url == "http://127.0.0.1:5123/api"
     # os is the task that needs the Docker engine
-    assert [t for t in tasks if "docker" in known_task(t).needs] == ["os"]
+    assert [t for t in tasks if "docker" in task_spec(t).needs] == ["os"]
 
 
 def test_dbbench_runs_on_mariadb_unless_sqlite_is_asked_for_on_cpu():
@@ -158,7 +159,7 @@ def test_agentbench_recipe_has_agentrl_settings_on_cpu():
 def test_agentbench_recipe_leaves_each_task_its_turn_limit_on_cpu(task):
     import importlib
 
-    module_name, class_name = known_task(task).task_class.split(":")
+    module_name, class_name = task_spec(task).task_class.split(":")
     task_class = getattr(importlib.import_module(module_name), class_name)
     default = inspect.signature(task_class.__init__).parameters[LIMIT_ARGUMENT[task]].default
     assert default == TURN_LIMITS[task]

@@ -1,0 +1,9 @@
+"""The gridroom task's entry in the task catalogue (:mod:`agentrl_ext.env.tasks`)."""
+
+from agentrl_ext.env.tasks import TaskSpec, train_and_test
+
+SPEC = TaskSpec(
+    name="gridroom",
+    expert="agentrl_ext.envs.gridroom.expert:expert_action",
+    **train_and_test("agentrl_ext.envs.gridroom.task:GridRoomTask"),
+)

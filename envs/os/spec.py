@@ -1,0 +1,5 @@
+"""OS Interaction's entry in the task catalogue (:mod:`agentrl_ext.env.tasks`)."""
+
+from agentrl_ext.env.tasks import TaskSpec, train_and_test
+
+SPEC = TaskSpec(name="os", needs=("docker", "data"), **train_and_test("agentrl_ext.envs.os.task:OSTask"))

@@ -1,0 +1,7 @@
+"""WebShop's entry in the task catalogue (:mod:`agentrl_ext.env.tasks`)."""
+
+from agentrl_ext.env.tasks import TaskSpec, train_and_test
+
+SPEC = TaskSpec(
+    name="webshop", needs=("data",), **train_and_test("agentrl_ext.envs.webshop.task:WebShopTask")
+)
