@@ -192,6 +192,8 @@ async def _task_indices(
 
 
 def _record(task: str, index: Any, run: int, played: Any, threshold: float) -> EpisodeRecord:
+    if played.record is not None:
+        played.record.meta["run"] = run
     completed = played.status == SampleStatus.COMPLETED.value
     reward = float(played.reward) if completed else 0.0
     return EpisodeRecord(
@@ -206,6 +208,7 @@ def _record(task: str, index: Any, run: int, played: Any, threshold: float) -> E
         failed=played.failed,
         models=list(played.models),
         messages=list(played.messages),
+        record=played.record.to_dict() if played.record is not None else None,
     )
 
 
