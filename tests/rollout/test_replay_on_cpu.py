@@ -261,6 +261,18 @@ def test_scripted_episode_of_each_task_replays_the_same_on_cpu(name, data_dir, t
         stack.stop()
 
 
+def test_an_unreachable_controller_is_one_line_on_cpu(tmp_path, capsys):
+    from agentrl_ext.testing.env_servers import free_port
+
+    episode = Episode("guess", 1, opening=[], turns=[], status=SampleStatus.COMPLETED)
+    url = f"http://127.0.0.1:{free_port()}/api"
+    with pytest.raises(SystemExit) as exc:
+        main([str(write(tmp_path / "r.jsonl", episode)), "--controller-url", url])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("agentrl-replay: ") and url in err and "Traceback" not in err
+
+
 def test_records_file_lists_every_line_on_cpu(tmp_path):
     episode = Episode("guess", 1, opening=[], turns=[], status=SampleStatus.CANCELLED)
     path = write(tmp_path / "r.jsonl", episode, {"task": "x", "record": episode.to_dict(), "run": 0})
