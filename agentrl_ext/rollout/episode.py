@@ -151,6 +151,8 @@ class Episode:
     #: the conversation as the agent saw it: the opening, each action and each answer the episode
     #: went on after (not in :meth:`to_dict`: the opening and the turns hold it)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    #: the tool schemas now: the opening's, or the latest an answer sent (not in the record)
+    latest_tools: list[dict[str, Any]] | None = None
     #: the exception behind a failure (not in the record)
     exception: BaseException | None = field(default=None, repr=False)
 
@@ -306,7 +308,7 @@ async def _run(client: ControllerClient, episode: Episode, actor: Actor, max_tur
             f"start_sample ended the session with {status.value!r}: {opening.error}",
             status if status in ENV_FAILURE_STATUSES else SampleStatus.TASK_ERROR,
         )
-    episode.messages = list(episode.opening)
+    episode.messages, episode.latest_tools = list(episode.opening), episode.tools
     await actor.begin(episode)
     for _turn in range(max_turns):
         action = await actor.act(episode)
@@ -330,7 +332,7 @@ async def _run(client: ControllerClient, episode: Episode, actor: Actor, max_tur
             episode.status = SampleStatus.AGENT_CONTEXT_LIMIT
             break
         episode.messages += answer.messages
-        episode.tools = answer.tools or episode.tools
+        episode.latest_tools = answer.tools or episode.latest_tools
     else:
         episode.status = SampleStatus.TASK_LIMIT_REACHED
     if episode.status in (SampleStatus.AGENT_CONTEXT_LIMIT, SampleStatus.TASK_LIMIT_REACHED) or (

@@ -119,8 +119,8 @@ class ChatActor:
     """The agent as chat endpoints: each turn's assistant message from a member drawn from ``pool``.
 
     ``rng`` draws this episode's members (default: the pool's shared stream, whose draws then
-    depend on the order in which concurrent episodes ask). An endpoint that fails or answers
-    something unreadable fails the episode (status ``task error``).
+    depend on the order in which concurrent episodes ask). An endpoint that cannot be reached or
+    answers an HTTP error fails the episode (status ``task error``, the endpoint named).
     """
 
     def __init__(self, pool: OpenAIPool, sampling: dict[str, Any], rng: random.Random | None = None) -> None:
@@ -133,7 +133,7 @@ class ChatActor:
         t0 = time.perf_counter()
         try:
             member, message = await self.pool.complete(
-                episode.messages, episode.tools, self.sampling, self.rng
+                episode.messages, episode.latest_tools, self.sampling, self.rng
             )
         except (RuntimeError, httpx.HTTPError) as exc:
             raise EpisodeFailed(FailureKind.ACTOR_FAILED, str(exc), SampleStatus.TASK_ERROR) from exc
