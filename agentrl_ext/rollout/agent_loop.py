@@ -350,7 +350,8 @@ class AgentRLAgentLoop(AgentLoopBase):
         output.extra_fields["min_global_steps"] = min(versions) if versions else fallback
         output.extra_fields["max_global_steps"] = max(versions) if versions else fallback
         if self.records.rate > 0 and random.random() < self.records.rate:
-            episode.meta["global_steps"] = fallback
+            if fallback is not None:
+                episode.meta["global_steps"] = fallback
             write_record(self.records.dir, episode)
         return output
 

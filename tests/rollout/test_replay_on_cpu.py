@@ -203,6 +203,8 @@ def test_expert_episode_replays_the_same_and_an_altered_one_does_not_on_cpu(
 
     # only one line of the file
     assert main([str(bad), "--controller-url", toy_controller, "--line", "1"]) == 0
+    if task == "guess":  # the record's task started by the command itself (train split by default)
+        assert main([str(good), "--launch"]) == 0
 
 
 def test_replay_of_a_session_that_hit_the_turn_cap_on_cpu(toy_controller, tmp_path):
