@@ -343,6 +343,28 @@ class EvalConfig:
 
 
 @dataclass
+class RecordsConfig:
+    """``agentrl.records``: episode records of training written to disk (``agentrl-replay`` reads them)."""
+
+    #: the share of training episodes written as records, drawn per episode (0: off)
+    rate: float = 0.0
+    #: the folder of the records files (one JSON Lines file per agent-loop process); needed when rate > 0
+    dir: Optional[str] = None  # noqa: UP045
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError(f"agentrl.records.rate={self.rate} must be in [0, 1] (0: off)")
+        if self.rate > 0 and not self.dir:
+            raise ValueError(
+                f"agentrl.records.rate={self.rate} writes episode records but agentrl.records.dir is not set; "
+                "set it to a folder, e.g. agentrl.records.dir=outputs/records"
+            )
+        if self.dir:
+            # absolute: the agent-loop workers (Ray processes) may not share the driver's directory
+            self.dir = str(Path(os.path.expanduser(self.dir)).resolve())
+
+
+@dataclass
 class AgentRLConfig:
     """The whole ``agentrl:`` node."""
 
@@ -360,6 +382,7 @@ class AgentRLConfig:
     async_pipeline: AsyncPipelineConfig = field(default_factory=AsyncPipelineConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    records: RecordsConfig = field(default_factory=RecordsConfig)
 
     def __post_init__(self) -> None:
         raw = (

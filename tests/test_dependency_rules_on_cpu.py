@@ -92,8 +92,12 @@ ENV_SIDE_FORBIDDEN = ("verl", "torch", "agentrl_ext.trainer", "agentrl_ext.rollo
             "agentrl_ext/algos",
             ("agentrl_ext.env", "agentrl_ext.rollout", "agentrl_ext.trainer", "httpx", "aiohttp"),
         ),
-        # the rollout side reaches tasks only through the controller client
-        ("agentrl_ext/rollout", ("agentrl_ext.trainer", "agentrl_ext.envs")),
+        # the rollout side reaches tasks only through the controller client; the dataset builders,
+        # the expert data and evaluation stand on it, not it on them
+        (
+            "agentrl_ext/rollout",
+            ("agentrl_ext.trainer", "agentrl_ext.envs", "agentrl_ext.data", "agentrl_ext.eval"),
+        ),
         (
             "agentrl_ext/platform",
             ("agentrl_ext.env", "agentrl_ext.rollout", "agentrl_ext.trainer", "agentrl_ext.algos"),

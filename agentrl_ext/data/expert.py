@@ -4,8 +4,9 @@ Each procedural task (``guess``, ``calc``, ``gridroom``) has a stateless expert 
 ``agentrl_ext.envs.<task>.expert``: ``expert_action(messages) -> assistant message`` reads the
 conversation so far (the opening messages, its own earlier steps and every environment answer)
 and returns the next tool call. :func:`play_expert_episode` plays one sample with it over the
-real controller -> worker path and returns the whole conversation, so the trajectory is exactly
-what an agent loop would have seen.
+real controller -> worker path (:func:`~agentrl_ext.rollout.episode.drive_episode` with a
+scripted actor, as training and evaluation drive theirs) and returns the whole conversation, so
+the trajectory is exactly what an agent loop would have seen, and its episode record.
 
     async with ControllerClient("http://127.0.0.1:5020/api") as client:
         episode = await play_expert_episode(client, "guess", 3)
@@ -30,6 +31,7 @@ from typing import Any
 from agentrl_ext.env.client import ControllerClient
 from agentrl_ext.env.protocol import SampleIndex, SampleStatus
 from agentrl_ext.env.tasks import task_specs
+from agentrl_ext.rollout.episode import Episode, FailureKind, ScriptedActor, drive_episode
 
 ExpertPolicy = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
@@ -98,6 +100,8 @@ class ExpertEpisode:
     status: SampleStatus = SampleStatus.RUNNING
     turns: int = 0
     error: str | None = None
+    #: the episode's record (``agentrl-replay`` re-drives it)
+    record: Episode | None = None
 
 
 async def play_expert_episode(
@@ -109,27 +113,33 @@ async def play_expert_episode(
 ) -> ExpertEpisode:
     """Play sample ``index`` of ``task`` with ``policy`` (default: the task's expert).
 
-    The session is cancelled if it is still running after ``max_steps`` agent steps or when the
-    policy raises.
+    The session is cancelled if it is still running after ``max_steps`` agent steps (then a
+    RuntimeError: an expert that does not finish is a bug) or when the policy raises (raised on).
+    A controller that cannot be reached raises its error.
     """
-    policy = policy or expert_policy(task)
-    started = await client.start_sample(task, index)
-    answer = started.response
-    episode = ExpertEpisode(task, index, list(answer.messages), list(answer.tools or []))
-    try:
-        while not answer.finish:
-            if episode.turns >= max_steps:
-                raise RuntimeError(f"{task} #{index}: still running after {max_steps} steps")
-            step = policy(list(episode.messages))
-            episode.messages.append(step)
-            episode.turns += 1
-            answer = await client.interact(started.session_id, [step])
-            episode.messages += answer.messages
-    except BaseException:
-        await client.cancel(started.session_id)
-        raise
-    episode.reward, episode.status, episode.error = answer.reward, answer.status, answer.error
-    return episode
+    actor = ScriptedActor(policy or expert_policy(task), policy="expert")
+    episode = await drive_episode(client, task, index, actor, max_turns=max_steps)
+    if episode.failure_kind is FailureKind.ENV_TRANSPORT and episode.exception is not None:
+        raise episode.exception.__cause__ or episode.exception
+    last = episode.turns[-1] if episode.turns else None
+    if episode.status is SampleStatus.TASK_LIMIT_REACHED and last is not None and not last.finish:
+        # the driver's cap, not the task's own turn limit (which the task reports, ending the session)
+        raise RuntimeError(f"{task} #{index}: still running after {max_steps} steps")
+    messages = list(episode.messages)
+    if last is not None and last.finish:
+        messages += last.observation  # the environment's closing words belong to the demonstration
+    return ExpertEpisode(
+        task,
+        index,
+        messages,
+        list(episode.tools or []),
+        reward=episode.reward,
+        status=episode.status,
+        turns=len(episode.turns),
+        # the environment's own words where it ended the session (the driver's reason otherwise)
+        error=last.error if last is not None and last.finish else episode.error,
+        record=episode,
+    )
 
 
 async def play_expert_episodes(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
 import logging
 import random
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_ext import cli
+from agentrl_ext.env.protocol import encode_sample_index
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def sample_row(task: str, index: Any, split: str = "train") -> dict[str, Any]:
         "prompt": [{"role": "user", "content": f"{task} #{index}"}],
         "ability": "agent",
         "reward_model": {"style": "env", "ground_truth": ""},
-        "extra_info": {"sample_index": json.dumps(index), "task": task, "split": split},
+        "extra_info": {"sample_index": encode_sample_index(index), "task": task, "split": split},
     }
 
 
@@ -92,16 +92,6 @@ def mix_tasks(
         for k, index in enumerate(stream)
     ]
     return [(task, index) for _, _, task, index in sorted(keyed, key=lambda item: item[:2])]
-
-
-def decode_sample_index(value: Any) -> Any:
-    """The sample index of a row's ``extra_info.sample_index`` (JSON-encoded by :func:`sample_row`)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
 
 
 def write_dataset(rows: list[dict[str, Any]], path: str | Path) -> Path:

@@ -33,6 +33,7 @@ Message and tool objects are OpenAI chat-completion dictionaries; they are valid
 from __future__ import annotations
 
 import itertools
+import json
 from enum import Enum
 from typing import Annotated, Any
 
@@ -48,6 +49,25 @@ def _not_a_bool(value: Any) -> Any:
 
 
 SampleIndex = Annotated[int | str, BeforeValidator(_not_a_bool)]
+
+
+def encode_sample_index(index: int | str) -> str:
+    """A sample index as a dataset row carries it (``extra_info.sample_index``): JSON, so that the
+    int 1 and the string "1" stay apart through parquet."""
+    return json.dumps(index)
+
+
+def decode_sample_index(value: Any) -> Any:
+    """The sample index of a row's ``extra_info.sample_index`` (:func:`encode_sample_index`; a
+    plain value is taken as it is)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
 """A task sample index: AgentRL tasks use ints or strings (never booleans); ``-1`` means a custom task."""
 
 API_PREFIX = "/api"

@@ -4,11 +4,15 @@ Two kinds, each reusing the project's own multi-turn logic:
 
 - :class:`LocalPolicy`: HF checkpoint directories, served in this process by the HF rollout
   server (:class:`~agentrl_ext.platform.hf_server.HFRolloutServer`, continuous batching). The
-  episode is the training agent loop itself (:class:`~agentrl_ext.rollout.agent_loop.AgentRLAgentLoop`):
-  token-in/token-out, the same chat template, Hermes tool-call parsing, statuses and budgets as
-  in RL, so a held-out score here is what the trainer would measure.
+  episode is driven as in training (:func:`~agentrl_ext.rollout.episode.drive_episode` with the
+  agent loop's :class:`~agentrl_ext.rollout.agent_loop.TokenActor`): token-in/token-out, the same
+  chat template, Hermes tool-call parsing, statuses and budgets as in RL, so a held-out score
+  here is what the trainer would measure.
 - :class:`EndpointPolicy`: OpenAI-compatible ``/v1/chat/completions`` endpoints (vLLM, SGLang,
-  a hosted API), through :func:`agentrl_ext.rollout.openai_pool.run_episode` on messages.
+  a hosted API), driven on messages with :class:`~agentrl_ext.rollout.openai_pool.ChatActor`.
+
+Either way the episode's record (:class:`~agentrl_ext.rollout.episode.Episode`) is what the
+evaluator writes to its episodes file.
 
 With several models, every generation call (every turn) is made by a model drawn from them
 (AgentRL's cross-sampling at evaluation). The draws of an episode come from a stream seeded by
@@ -28,6 +32,7 @@ from typing import Any, Protocol
 
 from agentrl_ext.env.client import ControllerClient
 from agentrl_ext.env.protocol import SampleStatus
+from agentrl_ext.rollout.episode import Episode, drive_episode
 from agentrl_ext.rollout.openai_pool import OpenAIPool, PoolMember, run_episode
 
 #: statuses of an episode the environment (or the model endpoint) could not run to an end
@@ -46,6 +51,8 @@ class Played:
     error: str | None = None
     #: the conversation (opening messages, assistant turns with their tool calls, tool answers)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    #: the episode's record (:class:`~agentrl_ext.rollout.episode.Episode`), where one was driven
+    record: Episode | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class EndpointPolicy:
             failed=result.status in FAILURE_STATUSES,
             error=result.error,
             messages=list(result.messages),
+            record=result.record,
         )
 
     async def close(self) -> None:
@@ -159,7 +167,7 @@ def resolve_checkpoint(path: str) -> str:
 
 
 class LocalPolicy:
-    """HF checkpoints served in this process; episodes run by the training agent loop.
+    """HF checkpoints served in this process; episodes driven with the training agent loop's actor.
 
     It also is the agent loop's server manager (``generate``): each call goes to a model drawn
     from a stream seeded by the episode's seed, and is sampled with a seed derived from it.
@@ -202,8 +210,9 @@ class LocalPolicy:
         }
         self.tokenizer = _one_tokenizer(self.servers, paths)
         self.sampling = sampling
+        self.budget = budget
         self._calls: dict[str, int] = defaultdict(int)
-        self._loop = _agent_loop(self, controller_url, sampling, budget)
+        self.settings = _loop_settings(controller_url, sampling)
 
     async def generate(
         self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any]
@@ -222,17 +231,28 @@ class LocalPolicy:
         return out
 
     async def play(self, client: ControllerClient, task: str, index: Any, seed: int) -> Played:
-        self._loop.client = client
+        from agentrl_ext.rollout.agent_loop import TokenActor
+
         params = {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p, "seed": seed}
-        out = await self._loop.run(params, data_source=task, extra_info={"sample_index": json.dumps(index)})
-        info = out.extra_fields["agentrl"]
+        actor = TokenActor(
+            self,
+            self.tokenizer,
+            self.settings,
+            prompt_budget=self.budget.prompt_length,
+            response_budget=self.budget.response_length,
+            sampling_params=params,
+        )
+        episode = await drive_episode(client, task, index, actor, max_turns=self.settings.max_turns)
         return Played(
-            status=str(info["status"]),
-            reward=float(out.reward_score),
-            models=list(info.get("turn_policies", [])),
-            failed=bool(info.get("failed")),
-            error=info.get("error"),
-            messages=list(info.get("messages", [])),
+            status=episode.status.value,
+            # the score is the task's own: no punishment of unfinished episodes
+            reward=episode.reward if episode.status == SampleStatus.COMPLETED else 0.0,
+            # a failed episode has no turns to attribute to a model (as in training)
+            models=[] if episode.failed else list(actor.turn_policies),
+            failed=episode.failed,
+            error=episode.error,
+            messages=list(episode.messages),
+            record=episode,
         )
 
     async def close(self) -> None:
@@ -259,50 +279,14 @@ def _one_tokenizer(servers: dict[str, Any], paths: Sequence[str]) -> Any:
     return first
 
 
-def _agent_loop(
-    server_manager: LocalPolicy, controller_url: str, sampling: Sampling, budget: LocalBudget
-) -> Any:
-    """The training agent loop, configured for evaluation (one instance runs every episode)."""
-    from omegaconf import OmegaConf
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+def _loop_settings(controller_url: str, sampling: Sampling) -> Any:
+    """The training agent loop's settings, as evaluation plays episodes with its token actor."""
+    from agentrl_ext.config import AgentLoopConfig
 
-    from agentrl_ext.rollout.agent_loop import AgentRLAgentLoop
-
-    class EvalAgentLoop(AgentRLAgentLoop):
-        """Uses the evaluator's controller client instead of the process-wide pooled one."""
-
-        client: ControllerClient
-
-        def controller_client(self) -> ControllerClient:
-            return self.client
-
-        def _extra(self, state: Any, status: Any, reward: float, success: bool) -> dict[str, Any]:
-            extra = super()._extra(state, status, reward, success)
-            extra["agentrl"]["messages"] = list(state.messages)  # the evaluator's transcript
-            return extra
-
-    config = OmegaConf.create(
-        {
-            "actor_rollout_ref": {
-                "rollout": {"prompt_length": budget.prompt_length, "response_length": budget.response_length}
-            },
-            "data": {},
-            "agentrl": {
-                "agent_loop": {
-                    "controller_url": controller_url,
-                    "max_turns": sampling.max_turns,
-                    "max_tokens_per_turn": sampling.max_tokens,
-                    # the score is the task's own: no punishment of unfinished episodes
-                    "incomplete_punishment": 0.0,
-                }
-            },
-        }
-    )
-    return EvalAgentLoop(
-        trainer_config=DictConfigWrap(config),
-        server_manager=server_manager,
-        tokenizer=server_manager.tokenizer,
-        processor=None,
-        dataset_cls=None,
-        data_config=DictConfigWrap(config.data),
+    return AgentLoopConfig(
+        controller_url=controller_url,
+        max_turns=sampling.max_turns,
+        max_tokens_per_turn=sampling.max_tokens,
+        # the score is the task's own: no punishment of unfinished episodes
+        incomplete_punishment=0.0,
     )

@@ -44,6 +44,10 @@ class EpisodeRecord:
     #: the conversation: opening messages, assistant turns (with tool calls), tool answers; written
     #: to the episodes file (JSON Lines), not to the summary file
     messages: list[dict[str, Any]] = field(default_factory=list)
+    #: the episode record of the driver (``agentrl_ext.rollout.episode.Episode.to_dict``: every
+    #: turn's action and answer, statuses, rewards, timings; token ids for local models), which
+    #: ``agentrl-replay`` re-drives; episodes file only
+    record: dict[str, Any] | None = None
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -176,7 +180,9 @@ class EvalReport:
             "settings": self.settings,
             "summary": {t: asdict(s) for t, s in self.summary.items()},
             "turn_share": self.turn_share,
-            "episodes": [{k: v for k, v in asdict(r).items() if k != "messages"} for r in self.episodes],
+            "episodes": [
+                {k: v for k, v in asdict(r).items() if k not in ("messages", "record")} for r in self.episodes
+            ],
         }
 
     @classmethod

@@ -213,6 +213,8 @@ async def task_cards(client: ControllerClient, tasks: Sequence[str]) -> dict[str
 
 
 def _record(task: str, index: Any, run: int, played: Any, threshold: float) -> EpisodeRecord:
+    if played.record is not None:
+        played.record.meta["run"] = run
     completed = played.status == SampleStatus.COMPLETED.value
     reward = float(played.reward) if completed else 0.0
     return EpisodeRecord(
@@ -227,6 +229,7 @@ def _record(task: str, index: Any, run: int, played: Any, threshold: float) -> E
         failed=played.failed,
         models=list(played.models),
         messages=list(played.messages),
+        record=played.record.to_dict() if played.record is not None else None,
     )
 
 

@@ -1,6 +1,8 @@
 """AgentRL's multi-turn function-call agent loop, registered in verl as ``agentrl``.
 
-One episode = one controller session of (task, index) taken from the dataset row:
+One episode = one controller session of (task, index) taken from the dataset row, driven by
+:func:`~agentrl_ext.rollout.episode.drive_episode` (turn cap, statuses, cancel rules) with a
+:class:`TokenActor` as the agent:
 
 1. ``start_sample`` on the controller → opening messages and tool schemas;
 2. render the chat template with the tools, generate through verl's server manager
@@ -19,6 +21,9 @@ One episode never fails the training step. An episode that cannot be run to an e
 stays aborted after ``agentrl.agent_loop.abort_retries`` retries) is dropped from the
 loss (one masked token) and counted: ``extra_fields["agentrl"]`` has ``failed=True``,
 ``failure_kind`` and the reason in ``error``.
+
+With ``agentrl.records.rate`` > 0, that share of episodes is written to ``agentrl.records.dir``
+as episode records (:class:`~agentrl_ext.rollout.episode.Episode`), which ``agentrl-replay`` reads.
 """
 
 from __future__ import annotations
@@ -27,9 +32,8 @@ import asyncio
 import atexit
 import hashlib
 import logging
+import random
 import time
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 from uuid import uuid4
 
@@ -37,9 +41,17 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agentrl_ext.config import AgentLoopConfig, agentrl_config
-from agentrl_ext.data.multitask import decode_sample_index
-from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable, RetryPolicy
-from agentrl_ext.env.protocol import InteractResponse, SampleStatus
+from agentrl_ext.env.client import ControllerClient, RetryPolicy
+from agentrl_ext.env.protocol import SampleStatus, decode_sample_index
+from agentrl_ext.rollout.episode import (
+    ENV_FAILURE_STATUSES,
+    Action,
+    Episode,
+    EpisodeFailed,
+    FailureKind,
+    drive_episode,
+    write_record,
+)
 from agentrl_ext.rollout.transcript import (
     TemplateNotPrefixStable,
     Transcript,
@@ -52,8 +64,7 @@ logger = logging.getLogger(__name__)
 
 AGENT_NAME = "agentrl"
 
-#: statuses that end an episode as "the environment could not run it" (not the agent's fault)
-ENV_FAILURE_STATUSES = {SampleStatus.TASK_ERROR, SampleStatus.UNKNOWN}
+__all__ = ["ENV_FAILURE_STATUSES", "AgentRLAgentLoop", "EpisodeFailed", "FailureKind", "TokenActor"]
 
 #: ``TokenOutput.stop_reason`` of a generation the server aborted (vLLM/HF/TRT-LLM: "aborted", SGLang: "abort")
 ABORTED_STOP_REASONS = frozenset({"aborted", "abort"})
@@ -102,62 +113,116 @@ def close_controller_clients(timeout_s: float = 2.0) -> None:
             client.close_now()
 
 
-class FailureKind(str, Enum):
-    """Why an episode was dropped from the loss (``extra_fields["agentrl"]["failure_kind"]``)."""
+class TokenActor:
+    """The agent as a token server: verl's server manager behind ``generate`` (token-in, token-out).
 
-    #: ``start_sample`` or ``interact`` failed after the controller client's retries
-    ENV_TRANSPORT = "env_transport"
-    #: the environment ended the session with ``task error`` or ``unknown``
-    ENV_STATUS = "env_status"
-    #: the opening prompt is longer than ``rollout.prompt_length``
-    PROMPT_TOO_LONG = "prompt_too_long"
-    #: the chat template renders earlier turns differently once env messages are appended
-    TEMPLATE_NOT_PREFIX_STABLE = "template_not_prefix_stable"
-    #: every attempt of one generation came back with ``stop_reason`` aborted
-    GENERATION_ABORTED = "generation_aborted"
+    Renders the opening with the chat template, generates each turn from the whole token context
+    (retrying a generation the server aborted), parses its tool calls, and appends the
+    environment's answers as masked tokens found by diffing two renderings; keeps the episode's
+    token budgets (``prompt_budget`` for the opening, ``response_budget`` for all after it). One
+    actor plays one episode.
+    """
 
+    def __init__(
+        self,
+        server_manager: Any,
+        tokenizer: Any,
+        settings: AgentLoopConfig,
+        *,
+        prompt_budget: int,
+        response_budget: int,
+        sampling_params: dict[str, Any],
+        parser: Any = None,
+    ) -> None:
+        self.server_manager, self.tokenizer, self.settings = server_manager, tokenizer, settings
+        self.prompt_budget, self.response_budget = prompt_budget, response_budget
+        self.sampling_params = sampling_params
+        self.parser = parser
+        self.abort_retries = settings.abort_retries
+        self.abort_retry_delay_s = settings.abort_retry_delay_s
+        self.end_token_id = tokenizer.eos_token_id
+        #: one request id per episode (the server's prefix cache follows it)
+        self.request_id = uuid4().hex
+        self.tools: list[dict[str, Any]] | None = None
+        self.transcript = Transcript(prompt_ids=[])
+        #: per accepted assistant turn, aligned: the pool that generated it, its weights version
+        #: (None when the server reports none), its number of model tokens (mask 1)
+        self.turn_policies: list[str] = []
+        self.turn_versions: list[int | None] = []
+        self.turn_tokens: list[int] = []
+        #: per accepted assistant turn: a digest of the token context it was generated from (the
+        #: turn's state; turns of any episodes with equal digests were taken in the same state), and
+        #: the offset of its first token in the response
+        self.turn_states: list[str] = []
+        self.turn_offsets: list[int] = []
+        #: generation calls that came back aborted (retried or, after the last retry, dropped)
+        self.aborted_generations = 0
+        #: seconds in ``generate``, aborted attempts included
+        self.generate_s = 0.0
+        self._generated: list[int] = []
 
-class EpisodeFailed(Exception):
-    """The episode could not be run to an end; it is dropped from the loss and counted."""
+    async def begin(self, episode: Episode) -> None:
+        self.tools = episode.tools
+        self.transcript = Transcript(
+            prompt_ids=render(self.tokenizer, episode.messages, self.tools, add_generation_prompt=True)
+        )
+        transcript = self.transcript
+        episode.tokens = {
+            "prompt_ids": transcript.prompt_ids,
+            "response_ids": transcript.response_ids,
+            "response_mask": transcript.response_mask,
+        }
+        if len(transcript.prompt_ids) > self.prompt_budget:
+            raise EpisodeFailed(
+                FailureKind.PROMPT_TOO_LONG,
+                f"opening prompt of {len(transcript.prompt_ids)} tokens exceeds "
+                f"actor_rollout_ref.rollout.prompt_length={self.prompt_budget}",
+            )
 
-    def __init__(self, kind: FailureKind, reason: str, status: SampleStatus = SampleStatus.CANCELLED) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        #: the status the episode reports: the environment's, ``task error`` when it could not be
-        #: reached, ``cancelled`` when the loop ended the session itself
-        self.status = status
+    async def act(self, episode: Episode) -> Action | None:
+        room = self.response_budget - len(self.transcript.response_ids)
+        if room < 1:
+            return None
+        if self.settings.max_tokens_per_turn:
+            room = min(room, self.settings.max_tokens_per_turn)
+        t0 = time.perf_counter()
+        offset = len(self.transcript.response_ids)
+        token_ids = await self._generate(episode, room)
+        self._generated = token_ids
+        message = await self._assistant_message(token_ids)
+        return Action(
+            message,
+            policy=self.turn_policies[-1],
+            version=self.turn_versions[-1],
+            tokens=len(token_ids),
+            offset=offset,
+            generate_s=time.perf_counter() - t0,
+        )
 
+    async def observe(self, episode: Episode, messages: list[dict[str, Any]]) -> bool:
+        """Append the environment's turn (masked); False when it does not fit the response budget."""
+        try:
+            env_ids = env_token_ids(
+                self.tokenizer, episode.messages, messages, self.tools, self._generated, self.end_token_id
+            )
+        except TemplateNotPrefixStable as exc:
+            raise EpisodeFailed(FailureKind.TEMPLATE_NOT_PREFIX_STABLE, str(exc)) from exc
+        if len(self.transcript.response_ids) + len(env_ids) >= self.response_budget:
+            return False
+        self.transcript.add_env_tokens(env_ids)
+        return True
 
-@dataclass
-class EpisodeState:
-    """Everything one episode accumulates; the loop's handlers read and update it."""
+    def turn_fields(self) -> dict[str, list[Any]]:
+        """The per-turn lists, aligned, under their names in ``extra_fields["agentrl"]``."""
+        return {
+            "turn_policies": self.turn_policies,
+            "turn_versions": self.turn_versions,
+            "turn_tokens": self.turn_tokens,
+            "turn_states": self.turn_states,
+            "turn_offsets": self.turn_offsets,
+        }
 
-    task: str
-    index: Any
-    started: float
-    session_id: int | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    tools: list[dict[str, Any]] | None = None
-    transcript: Transcript = field(default_factory=lambda: Transcript(prompt_ids=[]))
-    status: SampleStatus = SampleStatus.RUNNING
-    reward: float = 0.0
-    env_metrics: dict[str, Any] = field(default_factory=dict)
-    #: per accepted assistant turn, aligned: the pool that generated it, its weights version
-    #: (None when the server reports none), its number of model tokens (mask 1)
-    turn_policies: list[str] = field(default_factory=list)
-    turn_versions: list[int | None] = field(default_factory=list)
-    turn_tokens: list[int] = field(default_factory=list)
-    #: per accepted assistant turn: a digest of the token context it was generated from (the
-    #: turn's state; turns of any episodes with equal digests were taken in the same state), and
-    #: the offset of its first token in the response
-    turn_states: list[str] = field(default_factory=list)
-    turn_offsets: list[int] = field(default_factory=list)
-    #: generation calls that came back aborted (retried or, after the last retry, dropped)
-    aborted_generations: int = 0
-    generate_s: float = 0.0
-    env_s: float = 0.0
-
-    def add_turn(self, token_ids: list[int], log_probs: list[float] | None, extra: dict[str, Any]) -> None:
+    def _add_turn(self, token_ids: list[int], log_probs: list[float] | None, extra: dict[str, Any]) -> None:
         """Record an accepted generation: its tokens in the transcript and its per-turn fields."""
         self.turn_states.append(context_digest(self.transcript.all_ids))
         self.turn_offsets.append(len(self.transcript.response_ids))
@@ -167,200 +232,39 @@ class EpisodeState:
         self.turn_versions.append(int(version) if version is not None else None)
         self.turn_tokens.append(len(token_ids))
 
-
-def context_digest(token_ids: list[int]) -> str:
-    """A digest of a token context: equal contexts give equal digests in every process."""
-    return hashlib.blake2b(np.asarray(token_ids, dtype=np.int64).tobytes(), digest_size=12).hexdigest()
-
-
-@register(AGENT_NAME)
-class AgentRLAgentLoop(AgentLoopBase):
-    """Multi-turn, multi-task agent loop over the AgentRL function-call protocol."""
-
-    tokenizer: Any
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        agentrl = agentrl_config(self.config)
-        self.settings = agentrl.agent_loop
-        #: retries of a generation that came back aborted (``agentrl.agent_loop.abort_retries``)
-        self.abort_retries = self.settings.abort_retries
-        self.abort_retry_delay_s = self.settings.abort_retry_delay_s
-        self.response_budget = int(self.rollout_config.response_length)
-        self.prompt_budget = int(self.rollout_config.prompt_length)
-        self.end_token_id = self.tokenizer.eos_token_id
-        self._parser: Any = None
-        if self.settings.tool_format != "hermes":
-            from verl.experimental.agent_loop.tool_parser import ToolParser
-
-            self._parser = ToolParser.get_tool_parser(self.settings.tool_format, self.tokenizer)
-
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        task = str(kwargs.get("data_source"))
-        extra = kwargs.get("extra_info") or {}
-        index = decode_sample_index(extra.get("sample_index"))
-        if index is None:
-            raise ValueError(
-                f"dataset row of task {task!r} has no extra_info.sample_index; build it with agentrl-build-dataset"
-            )
-        client = self.controller_client()
-        state = EpisodeState(task=task, index=index, started=time.perf_counter())
-        try:
-            await self._episode(client, state, dict(sampling_params))
-            output = self._finished(state)
-        except EpisodeFailed as exc:
-            logger.warning("episode %s[%s] dropped from the loss (%s): %s", task, index, exc.kind.value, exc)
-            if state.session_id is not None and exc.kind is not FailureKind.ENV_STATUS:
-                await self._cancel(client, state.session_id)
-            output = self._dropped(state, exc)
-        # Policy versions (verl's off-policy bookkeeping): the weights versions that generated the turns.
-        versions = [v for v in output.extra_fields["agentrl"]["turn_versions"] if v is not None]
-        fallback = kwargs.get("global_steps")
-        output.extra_fields["min_global_steps"] = min(versions) if versions else fallback
-        output.extra_fields["max_global_steps"] = max(versions) if versions else fallback
-        return output
-
-    def controller_client(self) -> ControllerClient:
-        """The controller client of this episode: the pooled one of this process and event loop.
-
-        A caller that runs episodes itself (``agentrl_ext.eval``) overrides it with its own client.
-        """
-        return controller_client(self.settings)
-
-    async def _episode(
-        self, client: ControllerClient, state: EpisodeState, sampling_params: dict[str, Any]
-    ) -> None:
-        """Run the session to its end; sets ``state.status``. Raises :class:`EpisodeFailed`."""
-        await self._start(client, state)
-        request_id = uuid4().hex
-        for _turn in range(self.settings.max_turns):
-            room = self.response_budget - len(state.transcript.response_ids)
-            if room < 1:
-                state.status = SampleStatus.AGENT_CONTEXT_LIMIT
-                break
-            if self.settings.max_tokens_per_turn:
-                room = min(room, self.settings.max_tokens_per_turn)
-            token_ids = await self._generate(state, request_id, sampling_params, room)
-            assistant = await self._assistant_message(token_ids, state.tools)
-            state.messages.append(assistant)
-            result = await self._interact(client, state, assistant)
-            if result.finish or state.status.finished:
-                break
-            if not self._add_env_messages(state, result.messages, token_ids):
-                state.status = SampleStatus.AGENT_CONTEXT_LIMIT
-                break
-        else:
-            state.status = SampleStatus.TASK_LIMIT_REACHED
-        if not state.status.finished or state.status in (
-            SampleStatus.AGENT_CONTEXT_LIMIT,
-            SampleStatus.TASK_LIMIT_REACHED,
-        ):
-            await self._cancel(client, state.session_id)
-
-    async def _start(self, client: ControllerClient, state: EpisodeState) -> None:
-        try:
-            start = await client.start_sample(state.task, state.index)
-        except (ControllerError, ControllerUnavailable) as exc:
-            raise EpisodeFailed(
-                FailureKind.ENV_TRANSPORT, f"start_sample failed: {exc}", SampleStatus.TASK_ERROR
-            ) from exc
-        state.session_id = start.session_id
-        if start.response.finish or start.response.status.finished:
-            # the controller ended the session at once (e.g. its worker hung or was lost while starting)
-            status = start.response.status
-            raise EpisodeFailed(
-                FailureKind.ENV_STATUS,
-                f"start_sample ended the session with {status.value!r}: {start.response.error}",
-                status if status in ENV_FAILURE_STATUSES else SampleStatus.TASK_ERROR,
-            )
-        state.messages, state.tools = list(start.response.messages), start.response.tools
-        state.transcript = Transcript(
-            prompt_ids=render(self.tokenizer, state.messages, state.tools, add_generation_prompt=True)
-        )
-        if len(state.transcript.prompt_ids) > self.prompt_budget:
-            raise EpisodeFailed(
-                FailureKind.PROMPT_TOO_LONG,
-                f"opening prompt of {len(state.transcript.prompt_ids)} tokens exceeds "
-                f"actor_rollout_ref.rollout.prompt_length={self.prompt_budget}",
-            )
-
-    async def _generate(
-        self, state: EpisodeState, request_id: str, sampling_params: dict[str, Any], max_tokens: int
-    ) -> list[int]:
+    async def _generate(self, episode: Episode, max_tokens: int) -> list[int]:
         """One assistant turn's tokens; an aborted generation is retried, then the episode dropped."""
         for attempt in range(self.abort_retries + 1):
             if attempt and self.abort_retry_delay_s > 0:
                 await asyncio.sleep(self.abort_retry_delay_s)
             t0 = time.perf_counter()
             out = await self.server_manager.generate(
-                request_id,
-                prompt_ids=state.transcript.all_ids,
-                sampling_params={**sampling_params, "max_tokens": max_tokens},
+                self.request_id,
+                prompt_ids=self.transcript.all_ids,
+                sampling_params={**self.sampling_params, "max_tokens": max_tokens},
             )
-            state.generate_s += time.perf_counter() - t0
+            self.generate_s += time.perf_counter() - t0
             if out.stop_reason not in ABORTED_STOP_REASONS:
                 token_ids = list(out.token_ids)
-                state.add_turn(token_ids, out.log_probs, out.extra_fields)
+                self._add_turn(token_ids, out.log_probs, out.extra_fields)
                 return token_ids
-            state.aborted_generations += 1
+            self.aborted_generations += 1
             logger.info(
                 "generation of %s[%s] turn %d aborted (%d partial tokens discarded), attempt %d of %d",
-                state.task, state.index, len(state.turn_tokens) + 1, len(out.token_ids),
+                episode.task, episode.index, len(self.turn_tokens) + 1, len(out.token_ids),
                 attempt + 1, self.abort_retries + 1,
             )  # fmt: skip
         raise EpisodeFailed(
             FailureKind.GENERATION_ABORTED,
-            f"generation of turn {len(state.turn_tokens) + 1} came back aborted {self.abort_retries + 1} times "
+            f"generation of turn {len(self.turn_tokens) + 1} came back aborted {self.abort_retries + 1} times "
             f"(agentrl.agent_loop.abort_retries={self.abort_retries})",
         )
 
-    async def _interact(
-        self, client: ControllerClient, state: EpisodeState, assistant: dict[str, Any]
-    ) -> InteractResponse:
-        assert state.session_id is not None, "interact before start_sample"
-        t0 = time.perf_counter()
-        try:
-            result = await client.interact(state.session_id, [assistant])
-        except (ControllerError, ControllerUnavailable) as exc:
-            raise EpisodeFailed(
-                FailureKind.ENV_TRANSPORT, f"interact failed: {exc}", SampleStatus.TASK_ERROR
-            ) from exc
-        finally:
-            state.env_s += time.perf_counter() - t0
-        state.status, state.reward, state.env_metrics = (
-            result.status,
-            float(result.reward),
-            dict(result.metrics),
-        )
-        if result.status in ENV_FAILURE_STATUSES:
-            raise EpisodeFailed(
-                FailureKind.ENV_STATUS,
-                f"environment ended the session with {result.status.value!r}: {result.error}",
-                result.status,
-            )
-        return result
-
-    def _add_env_messages(
-        self, state: EpisodeState, env_messages: list[dict[str, Any]], generated: list[int]
-    ) -> bool:
-        """Append the environment's turn (masked); False when it does not fit the response budget."""
-        try:
-            env_ids = env_token_ids(
-                self.tokenizer, state.messages, env_messages, state.tools, generated, self.end_token_id
-            )
-        except TemplateNotPrefixStable as exc:
-            raise EpisodeFailed(FailureKind.TEMPLATE_NOT_PREFIX_STABLE, str(exc)) from exc
-        if len(state.transcript.response_ids) + len(env_ids) >= self.response_budget:
-            return False
-        state.transcript.add_env_tokens(env_ids)
-        state.messages += env_messages
-        return True
-
-    async def _assistant_message(self, token_ids: list[int], tools: Any) -> dict[str, Any]:
-        if self._parser is not None:
+    async def _assistant_message(self, token_ids: list[int]) -> dict[str, Any]:
+        if self.parser is not None:
             # the parser sees the turn's body: its end-of-turn token is template glue, not content
             body = token_ids[:-1] if token_ids and token_ids[-1] == self.end_token_id else token_ids
-            content, calls = await self._parser.extract_tool_calls(body, _tool_schemas(tools))
+            content, calls = await self.parser.extract_tool_calls(body, _tool_schemas(self.tools))
             tool_calls = [
                 {
                     "id": f"call_{uuid4().hex[:12]}",
@@ -377,66 +281,141 @@ class AgentRLAgentLoop(AgentLoopBase):
             message["tool_calls"] = tool_calls
         return message
 
-    async def _cancel(self, client: ControllerClient, session_id: int | None) -> None:
-        if session_id is None:
-            return
-        try:
-            await client.cancel(session_id)
-        except (ControllerError, ControllerUnavailable) as exc:
-            logger.info("cancel of session %s failed (it may already be gone): %s", session_id, exc)
+
+def tool_parser(tool_format: str, tokenizer: Any) -> Any:
+    """verl's tool parser of ``tool_format``, or None for hermes (parsed here, keeping malformed calls)."""
+    if tool_format == "hermes":
+        return None
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    return ToolParser.get_tool_parser(tool_format, tokenizer)
+
+
+def context_digest(token_ids: list[int]) -> str:
+    """A digest of a token context: equal contexts give equal digests in every process."""
+    return hashlib.blake2b(np.asarray(token_ids, dtype=np.int64).tobytes(), digest_size=12).hexdigest()
+
+
+@register(AGENT_NAME)
+class AgentRLAgentLoop(AgentLoopBase):
+    """Multi-turn, multi-task agent loop over the AgentRL function-call protocol: verl's adapter
+    over :func:`~agentrl_ext.rollout.episode.drive_episode` with a :class:`TokenActor`."""
+
+    tokenizer: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        agentrl = agentrl_config(self.config)
+        self.settings = agentrl.agent_loop
+        self.records = agentrl.records
+        #: retries of a generation that came back aborted (``agentrl.agent_loop.abort_retries``)
+        self.abort_retries = self.settings.abort_retries
+        self.abort_retry_delay_s = self.settings.abort_retry_delay_s
+        self.response_budget = int(self.rollout_config.response_length)
+        self.prompt_budget = int(self.rollout_config.prompt_length)
+        self._parser: Any = tool_parser(self.settings.tool_format, self.tokenizer)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        task = str(kwargs.get("data_source"))
+        extra = kwargs.get("extra_info") or {}
+        index = decode_sample_index(extra.get("sample_index"))
+        if index is None:
+            raise ValueError(
+                f"dataset row of task {task!r} has no extra_info.sample_index; build it with agentrl-build-dataset"
+            )
+        client = self.controller_client()
+        actor = TokenActor(
+            self.server_manager,
+            self.tokenizer,
+            self.settings,
+            prompt_budget=self.prompt_budget,
+            response_budget=self.response_budget,
+            sampling_params=dict(sampling_params),
+            parser=self._parser,
+        )
+        actor.abort_retries, actor.abort_retry_delay_s = self.abort_retries, self.abort_retry_delay_s
+        episode = await drive_episode(client, task, index, actor, max_turns=self.settings.max_turns)
+        if episode.failed:
+            logger.warning(
+                "episode %s[%s] dropped from the loss (%s): %s",
+                task, index, episode.failure_kind.value if episode.failure_kind else None, episode.error,
+            )  # fmt: skip
+            output = self._dropped(episode, actor)
+        else:
+            output = self._finished(episode, actor)
+        # Policy versions (verl's off-policy bookkeeping): the weights versions that generated the turns.
+        versions = [v for v in output.extra_fields["agentrl"]["turn_versions"] if v is not None]
+        fallback = kwargs.get("global_steps")
+        output.extra_fields["min_global_steps"] = min(versions) if versions else fallback
+        output.extra_fields["max_global_steps"] = max(versions) if versions else fallback
+        if self.records.rate > 0 and random.random() < self.records.rate:
+            if fallback is not None:
+                episode.meta["global_steps"] = fallback
+            write_record(self.records.dir, episode)
+        return output
+
+    def controller_client(self) -> ControllerClient:
+        """The controller client of this episode: the pooled one of this process and event loop."""
+        return controller_client(self.settings)
 
     def _extra(
-        self, state: EpisodeState, status: SampleStatus, reward: float, success: bool
+        self,
+        episode: Episode,
+        actor: TokenActor,
+        status: SampleStatus,
+        reward: float,
+        success: bool,
+        trained: bool = True,
     ) -> dict[str, Any]:
+        turns = actor.turn_fields() if trained else {name: [] for name in actor.turn_fields()}
         return {
             "agentrl": {
                 "reward": reward,
-                "task": state.task,
-                "index": state.index,
+                "task": episode.task,
+                "index": episode.index,
                 "status": status.value,
                 "success": success,
                 "failed": False,
                 "failure_kind": None,
-                "turn_policies": state.turn_policies,
-                "turn_versions": state.turn_versions,
-                "turn_tokens": state.turn_tokens,
-                "turn_states": state.turn_states,
-                "turn_offsets": state.turn_offsets,
-                "aborted_generations": state.aborted_generations,
-                "env_metrics": state.env_metrics,
-                "seconds": time.perf_counter() - state.started,
+                **turns,
+                "aborted_generations": actor.aborted_generations,
+                "env_metrics": episode.env_metrics,
+                "seconds": episode.seconds,
                 # wall-clock start and end (the async trainer measures the rollout's idle time)
-                "t_start": time.time() - (time.perf_counter() - state.started),
+                "t_start": episode.started,
                 "t_end": time.time(),
             },
             # verl groups these by data_source in its validation metrics
             "reward_extra_info": {"success": float(success), "failed": 0.0},
         }
 
-    def _finished(self, state: EpisodeState) -> AgentLoopOutput:
-        completed = state.status == SampleStatus.COMPLETED
-        reward = state.reward if completed else self.settings.incomplete_punishment
-        success = completed and state.reward >= self.settings.success_reward
-        transcript = state.transcript
+    def _finished(self, episode: Episode, actor: TokenActor) -> AgentLoopOutput:
+        completed = episode.status == SampleStatus.COMPLETED
+        reward = episode.reward if completed else self.settings.incomplete_punishment
+        success = completed and episode.reward >= self.settings.success_reward
+        transcript = actor.transcript
         return AgentLoopOutput(
             prompt_ids=transcript.prompt_ids,
             response_ids=transcript.response_ids,
             response_mask=transcript.response_mask,
             response_logprobs=transcript.response_logprobs,
             reward_score=reward,
-            num_turns=len(state.messages),
-            metrics=AgentLoopMetrics(generate_sequences=state.generate_s, tool_calls=state.env_s),
-            extra_fields=self._extra(state, state.status, reward, success),
+            num_turns=len(episode.messages),
+            metrics=AgentLoopMetrics(generate_sequences=actor.generate_s, tool_calls=episode.env_s),
+            extra_fields=self._extra(episode, actor, episode.status, reward, success),
         )
 
-    def _dropped(self, state: EpisodeState, failure: EpisodeFailed) -> AgentLoopOutput:
+    def _dropped(self, episode: Episode, actor: TokenActor) -> AgentLoopOutput:
         """A sample that could not be run: one masked token, so it adds nothing to the loss."""
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         # nothing of the episode is trained: no turns to attribute to a pool or a version
-        state.turn_policies, state.turn_versions, state.turn_tokens, state.env_metrics = [], [], [], {}
-        state.turn_states, state.turn_offsets = [], []
-        extra = self._extra(state, failure.status, 0.0, False)
-        extra["agentrl"].update(failed=True, failure_kind=failure.kind.value, error=str(failure))
+        extra = self._extra(episode, actor, episode.status, 0.0, False, trained=False)
+        extra["agentrl"].update(
+            failed=True,
+            failure_kind=episode.failure_kind.value if episode.failure_kind else None,
+            error=episode.error,
+            env_metrics={},
+        )
         extra["reward_extra_info"]["failed"] = 1.0
         return AgentLoopOutput(
             prompt_ids=[pad],
@@ -445,7 +424,7 @@ class AgentRLAgentLoop(AgentLoopBase):
             response_logprobs=[0.0],
             reward_score=0.0,
             num_turns=0,
-            metrics=AgentLoopMetrics(generate_sequences=state.generate_s, tool_calls=state.env_s),
+            metrics=AgentLoopMetrics(generate_sequences=actor.generate_s, tool_calls=episode.env_s),
             extra_fields=extra,
         )
 

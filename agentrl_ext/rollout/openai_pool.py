@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable
+from agentrl_ext.env.client import ControllerClient
 from agentrl_ext.env.protocol import SampleStatus
+from agentrl_ext.rollout.episode import Action, Episode, EpisodeFailed, FailureKind, drive_episode
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class EpisodeResult:
     #: the conversation: the opening messages, each assistant turn (with its tool calls) and the
     #: environment's answers (tool messages), in order
     messages: list[dict[str, Any]] = field(default_factory=list)
+    #: the episode's record
+    record: Episode | None = None
 
 
 class OpenAIPool:
@@ -111,6 +115,34 @@ class OpenAIPool:
         await self._http.aclose()
 
 
+class ChatActor:
+    """The agent as chat endpoints: each turn's assistant message from a member drawn from ``pool``.
+
+    ``rng`` draws this episode's members (default: the pool's shared stream, whose draws then
+    depend on the order in which concurrent episodes ask). An endpoint that cannot be reached or
+    answers an HTTP error fails the episode (status ``task error``, the endpoint named).
+    """
+
+    def __init__(self, pool: OpenAIPool, sampling: dict[str, Any], rng: random.Random | None = None) -> None:
+        self.pool, self.sampling, self.rng = pool, sampling, rng
+
+    async def begin(self, episode: Episode) -> None:
+        return None
+
+    async def act(self, episode: Episode) -> Action:
+        t0 = time.perf_counter()
+        try:
+            member, message = await self.pool.complete(
+                episode.messages, episode.latest_tools, self.sampling, self.rng
+            )
+        except (RuntimeError, httpx.HTTPError) as exc:
+            raise EpisodeFailed(FailureKind.ACTOR_FAILED, str(exc), SampleStatus.TASK_ERROR) from exc
+        return Action(message, policy=member.name, generate_s=time.perf_counter() - t0)
+
+    async def observe(self, episode: Episode, messages: list[dict[str, Any]]) -> bool:
+        return True
+
+
 async def run_episode(
     client: ControllerClient,
     pool: OpenAIPool,
@@ -125,32 +157,14 @@ async def run_episode(
     ``rng`` draws this episode's members (default: the pool's shared stream, whose draws then
     depend on the order in which concurrent episodes ask).
     """
-    try:
-        started = await client.start_sample(task, index)
-    except (ControllerError, ControllerUnavailable) as exc:
-        return EpisodeResult(task, index, SampleStatus.TASK_ERROR.value, 0.0, error=str(exc))
-    session_id, messages, tools = started.session_id, list(started.response.messages), started.response.tools
-    result = EpisodeResult(task, index, SampleStatus.RUNNING.value, 0.0, messages=messages)
-    try:
-        for _ in range(max_turns):
-            member, assistant = await pool.complete(messages, tools, sampling, rng)
-            result.turn_members.append(member.name)
-            messages.append(assistant)
-            answer = await client.interact(session_id, [assistant])
-            result.status, result.reward = answer.status.value, float(answer.reward)
-            if answer.finish or answer.status.finished:
-                return result
-            messages += answer.messages
-            tools = answer.tools or tools
-        result.status = SampleStatus.TASK_LIMIT_REACHED.value
-    except (ControllerError, ControllerUnavailable, RuntimeError, httpx.HTTPError) as exc:
-        result.status, result.error = SampleStatus.TASK_ERROR.value, str(exc)
-    await _cancel_quietly(client, session_id)
-    return result
-
-
-async def _cancel_quietly(client: ControllerClient, session_id: int) -> None:
-    try:
-        await client.cancel(session_id)
-    except (ControllerError, ControllerUnavailable):
-        pass
+    episode = await drive_episode(client, task, index, ChatActor(pool, sampling, rng), max_turns=max_turns)
+    return EpisodeResult(
+        task,
+        index,
+        episode.status.value,
+        episode.reward,
+        turn_members=[str(t.policy) for t in episode.turns],
+        error=episode.error,
+        messages=episode.messages,
+        record=episode,
+    )

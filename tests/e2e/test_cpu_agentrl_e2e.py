@@ -54,9 +54,34 @@ def _train(
 
 
 def test_agentrl_two_steps_on_cpu(tmp_path):
+    records = tmp_path / "records"
+    extra = [
+        "agentrl.cross_policy.stale_ratio=0.5",
+        "agentrl.records.rate=1.0",
+        f"agentrl.records.dir={records}",
+    ]
     with env_servers(WORKERS, tmp_path / "logs") as servers:
-        proc, steps = _train(tmp_path, servers.controller_url, ["agentrl.cross_policy.stale_ratio=0.5"])
-    assert proc.returncode == 0, proc.stdout[-6000:]
+        proc, steps = _train(tmp_path, servers.controller_url, extra)
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        # agentrl.records: every episode of the agent-loop workers written as a record (rate 1) ...
+        lines = [
+            json.loads(line)
+            for path in records.glob("records-*.jsonl")
+            for line in path.read_text().splitlines()
+        ]
+        trained = [r for r in lines if not r["failed"]]
+        assert trained and {r["task"] for r in trained} == {"letters", "digits"}
+        for r in trained:
+            assert {t["policy"] for t in r["turns"]} <= {"current", "stale"}
+            assert sum(t["tokens"] for t in r["turns"]) == sum(r["tokens"]["response_mask"])
+        # the weights versions that took the turns: step 0's and step 1's (the stale pool lags)
+        assert {t["version"] for r in trained for t in r["turns"]} >= {0, 1}
+        # ... which replay the same through the task workers
+        sample = tmp_path / "sample.jsonl"
+        sample.write_text("".join(json.dumps(r) + "\n" for r in trained[:4]))
+        from agentrl_ext.rollout.replay import main as replay_main
+
+        assert replay_main([str(sample), "--controller-url", servers.controller_url]) == 0
     assert sorted(steps) == [1, 2]
     for m in steps.values():
         for task in ("letters", "digits"):  # the recipe keeps the round-robin mix: both tasks in every batch

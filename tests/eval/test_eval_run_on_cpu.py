@@ -26,6 +26,7 @@ from starlette.routing import Route
 from agentrl_ext.env.protocol import SampleStatus
 from agentrl_ext.eval import EvalReport, EvalSettings, evaluate, evaluate_async, render_comparison
 from agentrl_ext.eval.cli import main as eval_main
+from agentrl_ext.rollout.replay import main as replay_main
 from agentrl_ext.testing.env_servers import EnvServers, free_port
 from agentrl_ext.testing.tiny_model import tiny_model_path
 
@@ -233,6 +234,15 @@ def test_cli_tiny_model_served_locally_cross_sampled_on_cpu(controller, tmp_path
     for record in read_episodes(episodes_path(out)).values():
         roles = [m["role"] for m in record.messages]
         assert roles[-1] == "assistant" and roles.count("assistant") == 1 and "user" in roles, roles
+        # and its record: the token ids and loss mask the local model's turn left (all model tokens)
+        assert record.record is not None
+        (turn,) = record.record["turns"]
+        tokens = record.record["tokens"]
+        assert (
+            tokens["response_mask"] == [1] * turn["tokens"] and len(tokens["response_ids"]) == turn["tokens"]
+        )
+        assert turn["policy"] in names and turn["status"] == "agent validation failed"
+    assert replay_main([str(episodes_path(out)), "--controller-url", controller]) == 0
 
 
 def test_bad_input_is_named_on_cpu(controller, fake_openai, tmp_path, capsys):
@@ -363,6 +373,13 @@ def test_episodes_file_holds_transcripts_and_resume_skips_finished_ones_on_cpu(
         assert calls == ["guess"] * turns[index] and record.models == ["bisect"] * turns[index]
     assert EvalReport.load(out).summary["guess_test"].episodes == 4
     assert "messages" not in json.loads(out.read_text())["episodes"][0]  # the summary stays small
+    assert "record" not in json.loads(out.read_text())["episodes"][0]
+    # every line holds the episode's record, which agentrl-replay re-drives through the controller
+    for key, record in records.items():
+        assert record.record is not None and record.record["meta"] == {"run": 0}
+        assert [t["policy"] for t in record.record["turns"]] == ["bisect"] * turns[int(key[1])]
+        assert record.record["turns"][-1]["status"] == "completed"
+    assert replay_main([str(path), "--controller-url", controller]) == 0
 
     # resumed again: nothing left to run, the same summary
     before = len(seen)

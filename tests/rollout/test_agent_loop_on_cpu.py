@@ -158,14 +158,25 @@ class ScriptedModel:
         )
 
 
-def _loop(tokenizer, server, *, response_length: int = 512, prompt_length: int = 512, **settings):
+def _loop(
+    tokenizer,
+    server,
+    *,
+    response_length: int = 512,
+    prompt_length: int = 512,
+    records: dict[str, Any] | None = None,
+    **settings,
+):
+    agentrl: dict[str, Any] = {"agent_loop": {"controller_url": "http://127.0.0.1:1/api", **settings}}
+    if records is not None:
+        agentrl["records"] = records
     config = OmegaConf.create(
         {
             "actor_rollout_ref": {
                 "rollout": {"prompt_length": prompt_length, "response_length": response_length}
             },
             "data": {},
-            "agentrl": {"agent_loop": {"controller_url": "http://127.0.0.1:1/api", **settings}},
+            "agentrl": agentrl,
         }
     )
     loop = AgentRLAgentLoop(
@@ -275,6 +286,61 @@ def test_finish_completed_tokens_mask_and_turn_fields_on_cpu(tokenizer, ids, mon
     assert sent["tool_calls"][0]["function"] == {"name": "bash_action", "arguments": '{"script": "ls"}'}
     assert controller.received[2][0] == {"role": "assistant", "content": "3"}
     assert controller.cancelled == []
+
+
+def test_sampled_episodes_are_written_as_records_with_tokens_on_cpu(tokenizer, ids, monkeypatch, tmp_path):
+    """agentrl.records.rate=1 writes every episode's record: actions, answers, statuses, per-turn
+    policy and version, the step, and the token ids and mask the loss sees."""
+    folder = tmp_path / "records"
+    controller = FakeController([tool_reply("a b c"), tool_reply("3"), finish(reward=1.0)])
+    model = ScriptedModel(tokenizer, [CALL_LS, CALL_WC, ANSWER])
+    out = _run(_loop(tokenizer, model, records={"rate": 1.0, "dir": str(folder)}), controller, monkeypatch)
+    (path,) = folder.glob("records-*.jsonl")
+    (line,) = path.read_text().splitlines()
+    record = json.loads(line)
+    response, mask = _three_turns(ids)
+    assert record["tokens"] == {
+        "prompt_ids": ids(PROMPT_TEXT),
+        "response_ids": response,
+        "response_mask": mask,
+    }
+    assert out.response_ids == response
+    assert record["task"] == "os" and record["index"] == 3 and record["meta"] == {"global_steps": 9}
+    assert record["opening"] == OPENING and record["tools"] == TOOLS
+    turns = record["turns"]
+    assert [t["observation"] for t in turns] == [
+        [{"role": "tool", "content": "a b c", "tool_call_id": "c"}],
+        [{"role": "tool", "content": "3", "tool_call_id": "c"}],
+        [],
+    ]
+    assert [(t["status"], t["reward"], t["finish"]) for t in turns] == [
+        ("running", 0.0, False),
+        ("running", 0.0, False),
+        ("completed", 1.0, True),
+    ]
+    assert [(t["policy"], t["version"]) for t in turns] == [("current", VERSION)] * 3
+    assert [t["tokens"] for t in turns] == [len(ids.turn(t)) for t in (CALL_LS, CALL_WC, ANSWER)]
+    assert turns[0]["action"]["tool_calls"][0]["function"] == {
+        "name": "bash_action",
+        "arguments": '{"script": "ls"}',
+    }
+    assert turns[2]["action"] == {"role": "assistant", "content": "3"}
+    assert (record["status"], record["reward"], record["failed"]) == ("completed", 1.0, False)
+
+    # off by default: nothing written
+    again = FakeController([tool_reply("a b c"), tool_reply("3"), finish(reward=1.0)])
+    _run(_loop(tokenizer, ScriptedModel(tokenizer, [CALL_LS, CALL_WC, ANSWER])), again, monkeypatch)
+    assert len(path.read_text().splitlines()) == 1
+
+
+def test_records_config_names_a_missing_folder_on_cpu():
+    from agentrl_ext.config import AgentRLConfig
+
+    with pytest.raises(ValueError, match=r"agentrl.records.dir is not set"):
+        AgentRLConfig.from_config({"records": {"rate": 0.1}})
+    with pytest.raises(ValueError, match=r"agentrl.records.rate=1.5 must be in \[0, 1\]"):
+        AgentRLConfig.from_config({"records": {"rate": 1.5, "dir": "x"}})
+    assert AgentRLConfig.from_config({}).records.rate == 0.0
 
 
 def test_incomplete_final_status_gets_punishment_on_cpu(tokenizer, ids, monkeypatch):

@@ -7,7 +7,8 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from agentrl_ext.data.multitask import build_multitask_dataset, decode_sample_index, mix_tasks
+from agentrl_ext.data.multitask import build_multitask_dataset, mix_tasks
+from agentrl_ext.env.protocol import decode_sample_index
 
 
 def test_smaller_tasks_are_repeated_to_the_largest_on_cpu():
