@@ -61,22 +61,25 @@ ABORTED_STOP_REASONS = frozenset({"aborted", "abort"})
 _clients: dict[tuple[str, int], tuple[asyncio.AbstractEventLoop, ControllerClient]] = {}
 
 
-def controller_client(config: AgentLoopConfig) -> ControllerClient:
-    """One pooled client per controller URL and event loop (agent loops are created per sample)."""
+def controller_client(config: AgentLoopConfig, validation: bool = False) -> ControllerClient:
+    """One pooled client per controller URL and event loop (agent loops are created per sample);
+    ``validation``: the controller of validation rows (``val_controller_url``, else the same)."""
     if not config.controller_url:
         raise ValueError(
             "agentrl.agent_loop.controller_url is not set; the agentrl agent loop talks to environments "
             "through a controller, e.g. agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api"
         )
+    url = (config.val_controller_url if validation else None) or config.controller_url
     loop = asyncio.get_running_loop()
-    key = (config.controller_url, id(loop))
+    key = (url, id(loop))
     if key not in _clients:
         if not _clients:
             atexit.register(close_controller_clients)
         client = ControllerClient(
-            config.controller_url,
+            url,
             retry=RetryPolicy(deadline_s=config.env_retry_deadline_s, max_attempts=config.env_attempts),
             timeout_s=config.env_timeout_s,
+            capacity_wait_s=config.env_capacity_wait_s,
         )
         _clients[key] = (loop, client)
     return _clients[key][1]
@@ -154,6 +157,8 @@ class EpisodeState:
     turn_offsets: list[int] = field(default_factory=list)
     #: generation calls that came back aborted (retried or, after the last retry, dropped)
     aborted_generations: int = 0
+    #: seconds the session start waited for a free worker slot
+    start_wait_s: float = 0.0
     generate_s: float = 0.0
     env_s: float = 0.0
 
@@ -189,6 +194,8 @@ class AgentRLAgentLoop(AgentLoopBase):
         self.response_budget = int(self.rollout_config.response_length)
         self.prompt_budget = int(self.rollout_config.prompt_length)
         self.end_token_id = self.tokenizer.eos_token_id
+        #: whether the current row is a validation row (``extra_info.split`` val)
+        self.validation = False
         self._parser: Any = None
         if self.settings.tool_format != "hermes":
             from verl.experimental.agent_loop.tool_parser import ToolParser
@@ -203,6 +210,8 @@ class AgentRLAgentLoop(AgentLoopBase):
             raise ValueError(
                 f"dataset row of task {task!r} has no extra_info.sample_index; build it with agentrl-build-dataset"
             )
+        # validation rows (agentrl-build-dataset --kind val) play on the held-out split's controller
+        self.validation = extra.get("split") == "val"
         client = self.controller_client()
         state = EpisodeState(task=task, index=index, started=time.perf_counter())
         try:
@@ -221,11 +230,12 @@ class AgentRLAgentLoop(AgentLoopBase):
         return output
 
     def controller_client(self) -> ControllerClient:
-        """The controller client of this episode: the pooled one of this process and event loop.
+        """The controller client of this episode: the pooled one of this process and event loop
+        (for a validation row, of ``agentrl.agent_loop.val_controller_url`` when set).
 
         A caller that runs episodes itself (``agentrl_ext.eval``) overrides it with its own client.
         """
-        return controller_client(self.settings)
+        return controller_client(self.settings, self.validation)
 
     async def _episode(
         self, client: ControllerClient, state: EpisodeState, sampling_params: dict[str, Any]
@@ -265,6 +275,7 @@ class AgentRLAgentLoop(AgentLoopBase):
                 FailureKind.ENV_TRANSPORT, f"start_sample failed: {exc}", SampleStatus.TASK_ERROR
             ) from exc
         state.session_id = start.session_id
+        state.start_wait_s = start.waited_s
         if start.response.finish or start.response.status.finished:
             # the controller ended the session at once (e.g. its worker hung or was lost while starting)
             status = start.response.status
@@ -403,6 +414,7 @@ class AgentRLAgentLoop(AgentLoopBase):
                 "turn_states": state.turn_states,
                 "turn_offsets": state.turn_offsets,
                 "aborted_generations": state.aborted_generations,
+                "start_wait_s": state.start_wait_s,
                 "env_metrics": state.env_metrics,
                 "seconds": time.perf_counter() - state.started,
                 # wall-clock start and end (the async trainer measures the rollout's idle time)
