@@ -158,8 +158,9 @@ class ControllerClient:
     ``secret`` is the controller's client secret (sent as ``Authorization: Bearer``); None reads
     ``$AGENTRL_ENV_CLIENT_SECRET`` (:data:`~agentrl_ext.env.auth.CLIENT_SECRET_ENV`), unset: none.
     ``capacity_wait_s``: how long :meth:`start_sample` keeps asking while the controller answers
-    503 (every worker of the task at capacity), counted from its first attempt; at least the retry
-    policy's deadline.
+    503 (every worker of the task at capacity), counted from its first attempt; 0: only as long as
+    the retry policy allows (the agent loop waits ``agentrl.agent_loop.env_capacity_wait_s``,
+    :data:`DEFAULT_CAPACITY_WAIT_S` by default).
     """
 
     def __init__(
@@ -170,7 +171,7 @@ class ControllerClient:
         connect_timeout_s: float = 10.0,
         max_connections: int = 1024,
         secret: str | None = None,
-        capacity_wait_s: float = DEFAULT_CAPACITY_WAIT_S,
+        capacity_wait_s: float = 0.0,
     ) -> None:
         if capacity_wait_s < 0:
             raise ValueError(f"capacity_wait_s={capacity_wait_s} must be >= 0")

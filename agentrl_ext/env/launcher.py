@@ -150,9 +150,10 @@ def free_port() -> int:
 
 def listening(port: int, host: str = LOOPBACK) -> bool:
     """Whether something accepts connections on ``host:port`` (a wildcard host: on 127.0.0.1)."""
-    with socket.socket() as sock:
+    host = LOOPBACK if host in WILDCARD_HOSTS else host.strip("[]")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.settimeout(1.0)
-        return sock.connect_ex((LOOPBACK if host in WILDCARD_HOSTS else host, port)) == 0
+        return sock.connect_ex((host, port)) == 0
 
 
 def wait_until(
@@ -568,12 +569,9 @@ class EnvStack:
 
     def _worker_address(self, port: int) -> dict[str, Any]:
         """The bind address, advertised URL and secret of a worker on ``port`` (worker_argv's)."""
-        advertised = str(self.advertise_host)
         return {
             "host": self.host,
-            "self_address": None
-            if advertised == self.host
-            else f"http://{_url_host(advertised)}:{port}{API_PREFIX}",
+            "self_address": f"http://{_url_host(str(self.advertise_host))}:{port}{API_PREFIX}",
             "secret_file": self.secret_file,
         }
 

@@ -546,3 +546,32 @@ def test_every_gpu_recipe_key_is_read_on_the_path_it_configures_on_cpu(recipe, t
         for prefix, (reader, on_path) in CONDITIONAL_VERL_KEYS.items():
             if key == prefix or key.startswith(prefix + "."):
                 assert on_path(config), f"{key} is read only by {reader}, a path this recipe does not take"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "extra", "per_rank"),
+    [
+        # Megatron: DP = 32 GPUs / (TP 4 x PP 2 x CP 1) = 4 -> 256 episodes / 4 = 64 per DP rank
+        ("gpu_qwen2.5_32b_megatron", [], 64),
+        # FSDP with Ulysses SP 2: DP = 8 / 2 = 4 -> 64 per DP rank
+        (
+            "gpu_qwen2.5_7b_fsdp_vllm",
+            ["actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2"],
+            64,
+        ),
+    ],
+)
+def test_fixed_micro_batches_divide_each_data_parallel_ranks_share_as_verl_counts_ranks_on_cpu(
+    recipe, extra, per_rank, tmp_path
+):
+    fixed = ["actor_rollout_ref.actor.use_dynamic_bsz=false", *extra]
+    # 16 divides 64 (but not the 8 per rank a count of all 32 ranks as data-parallel would give)
+    check_config(
+        _filled(recipe, tmp_path, [*fixed, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"]),
+        cuda=True,
+    )
+    with pytest.raises(ValueError, match=rf"\({per_rank} per data-parallel rank\) is not a multiple of .*=3"):
+        check_config(
+            _filled(recipe, tmp_path, [*fixed, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"]),
+            cuda=True,
+        )
