@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import hashlib
 import logging
 import time
@@ -61,15 +62,14 @@ ABORTED_STOP_REASONS = frozenset({"aborted", "abort"})
 _clients: dict[tuple[str, int], tuple[asyncio.AbstractEventLoop, ControllerClient]] = {}
 
 
-def controller_client(config: AgentLoopConfig, validation: bool = False) -> ControllerClient:
-    """One pooled client per controller URL and event loop (agent loops are created per sample);
-    ``validation``: the controller of validation rows (``val_controller_url``, else the same)."""
+def controller_client(config: AgentLoopConfig) -> ControllerClient:
+    """One pooled client per controller URL and event loop (agent loops are created per sample)."""
     if not config.controller_url:
         raise ValueError(
             "agentrl.agent_loop.controller_url is not set; the agentrl agent loop talks to environments "
             "through a controller, e.g. agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api"
         )
-    url = (config.val_controller_url if validation else None) or config.controller_url
+    url = config.controller_url
     loop = asyncio.get_running_loop()
     key = (url, id(loop))
     if key not in _clients:
@@ -83,6 +83,12 @@ def controller_client(config: AgentLoopConfig, validation: bool = False) -> Cont
         )
         _clients[key] = (loop, client)
     return _clients[key][1]
+
+
+def validation_settings(config: AgentLoopConfig) -> AgentLoopConfig:
+    """The agent loop's settings for validation rows: their controller is ``val_controller_url``
+    (when set; the held-out split's)."""
+    return dataclasses.replace(config, controller_url=config.val_controller_url or config.controller_url)
 
 
 def close_controller_clients(timeout_s: float = 2.0) -> None:
@@ -235,7 +241,9 @@ class AgentRLAgentLoop(AgentLoopBase):
 
         A caller that runs episodes itself (``agentrl_ext.eval``) overrides it with its own client.
         """
-        return controller_client(self.settings, self.validation)
+        if self.validation and self.settings.val_controller_url:
+            return controller_client(validation_settings(self.settings))
+        return controller_client(self.settings)
 
     async def _episode(
         self, client: ControllerClient, state: EpisodeState, sampling_params: dict[str, Any]

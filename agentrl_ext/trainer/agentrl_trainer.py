@@ -12,7 +12,7 @@ verl's private per-step methods) and adds:
   π_θ / π_behaviour at the start of the update (``agentrl/cross_policy/ratio_*``);
 - ``get_llm_client``: with cross-policy sampling on, the agent loops get a client that routes
   every generation call to the current or the stale pool;
-- ``on_init_end``: before anything else, every Ray node where verl places agent-loop workers
+- ``init``: before verl builds its workers, every Ray node where verl places agent-loop workers
   must reach the controller(s) (:mod:`agentrl_ext.trainer.reachability`);
 - ``on_init_end`` / ``on_step_end``: the stale pool is launched and takes the actor's weights at
   start, then again every ``stale_step`` steps, through verl's checkpoint engine
@@ -39,6 +39,7 @@ from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
 from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
 from agentrl_ext.platform.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
+from agentrl_ext.rollout.agent_loop import AGENT_NAME
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.standalone_pool import StandalonePool, refresh_due
 from agentrl_ext.trainer.reachability import check_controller_from_every_node
@@ -232,11 +233,17 @@ class AgentRLTrainerHooks(TrainerStepHooks):
             seed=cross.seed,
         )
 
+    def init(self) -> None:
+        # before verl builds anything (minutes for a large model): every node where verl will run
+        # agent-loop workers must reach the environment service
+        loop = agentrl_config(self.config).agent_loop
+        agent = self.config.actor_rollout_ref.rollout.get("agent", {}).get("default_agent_loop")
+        if loop.controller_url and agent == AGENT_NAME:
+            check_controller_from_every_node([loop.controller_url, loop.val_controller_url or ""])
+        super().init()  # type: ignore[misc]  # verl's trainer, after this mixin
+
     def on_init_end(self) -> None:
         # verl calls this at the end of init(), with the actor's weights loaded (or resumed).
-        loop = agentrl_config(self.config).agent_loop
-        if loop.controller_url:  # where verl will run the agent-loop workers, before any episode
-            check_controller_from_every_node([loop.controller_url, loop.val_controller_url or ""])
         cross = self._cross_policy
         if cross.enable and self.stale_pool is None:
             start_rank = len(self.llm_server_manager.get_replicas())

@@ -18,7 +18,7 @@ from agentrl_ext.config import AgentRLConfig
 from agentrl_ext.data.multitask import bounded_sample, build_multitask_dataset, fetch_indices
 from agentrl_ext.data.multitask import main as build_dataset
 from agentrl_ext.env.launcher import EnvStack, free_port
-from agentrl_ext.rollout.agent_loop import close_controller_clients, controller_client
+from agentrl_ext.rollout.agent_loop import close_controller_clients, controller_client, validation_settings
 from agentrl_ext.trainer.main import check_environment
 
 
@@ -93,8 +93,8 @@ def test_the_agent_loop_sends_validation_rows_to_the_validation_controller_on_cp
         try:
             return (
                 controller_client(loop).base_url,
-                controller_client(loop, validation=True).base_url,
-                controller_client(plain, validation=True).base_url,
+                controller_client(validation_settings(loop)).base_url,
+                controller_client(validation_settings(plain)).base_url,
             )
         finally:
             await asyncio.sleep(0)
