@@ -110,3 +110,33 @@ def test_a_controller_every_node_reaches_passes_on_cpu(two_nodes, tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([str(Path(__file__))]))
+
+
+def test_the_trainer_checks_every_node_before_verl_builds_anything_on_cpu(two_nodes):
+    """``trainer.v1.trainer_mode=agentrl_sync`` (and ``agentrl_async``): verl's ``init()`` (which
+    loads the models) runs only after every node reached the controller."""
+    from omegaconf import OmegaConf
+
+    from agentrl_ext.trainer.agentrl_trainer import AgentRLTrainerHooks, AgentRLTrainerSync
+
+    assert AgentRLTrainerSync.init is AgentRLTrainerHooks.init  # verl's TaskRunner calls trainer.init()
+    built: list[str] = []
+
+    class VerlTrainer:  # stands in for verl's PPOTrainer below the hooks
+        def init(self) -> None:
+            built.append("workers")
+
+    class Trainer(AgentRLTrainerHooks, VerlTrainer):
+        pass
+
+    nowhere = f"http://127.0.0.1:{free_port()}/api"
+    trainer = Trainer()
+    trainer.config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"rollout": {"agent": {"default_agent_loop": "agentrl"}}},
+            "agentrl": {"agent_loop": {"controller_url": nowhere}},
+        }
+    )
+    with pytest.raises(ConnectionError, match="2 of 2 Ray node"):
+        trainer.init()
+    assert built == []
