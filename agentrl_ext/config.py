@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional  # noqa: UP035 (OmegaConf structure
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agentrl_ext.env.client import DEFAULT_RETRY_DEADLINE_S, DEFAULT_TIMEOUT_S
+from agentrl_ext.env.client import DEFAULT_CAPACITY_WAIT_S, DEFAULT_RETRY_DEADLINE_S, DEFAULT_TIMEOUT_S
 from agentrl_ext.models.chat_template import CHAT_TEMPLATES
 
 #: the environment variable that sets ``agentrl.cache_dir`` when the config leaves it unset
@@ -76,8 +76,12 @@ class AssetsConfig:
 class AgentLoopConfig:
     """``agentrl.agent_loop``: the multi-turn function-call agent loop (``agent_name: agentrl``)."""
 
-    #: controller base URL, e.g. http://127.0.0.1:5020/api
+    #: controller base URL, e.g. http://127.0.0.1:5020/api; on several nodes an address every
+    #: node reaches (agentrl-train probes it from each node before the first step)
     controller_url: Optional[str] = None  # noqa: UP045  (OmegaConf structured configs need Optional)
+    #: controller of the validation rows (``extra_info.split`` val, agentrl-build-dataset --kind val):
+    #: one serving the held-out test split (agentrl-envs up --split test); null: controller_url
+    val_controller_url: Optional[str] = None  # noqa: UP045
     #: hard cap on assistant turns (each task's own turn limit applies too)
     max_turns: int = 32
     #: reward of a trajectory that does not end ``completed`` (AgentRL: -0.2)
@@ -94,6 +98,10 @@ class AgentLoopConfig:
     env_retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S
     #: optional cap on those attempts (null: only env_retry_deadline_s bounds them)
     env_attempts: Optional[int] = None  # noqa: UP045
+    #: seconds a session start waits for a free worker slot (the controller's 503 when every worker
+    #: of the task is at capacity) before the episode is dropped; the wait is counted
+    #: (agentrl/env/start_wait_s_*). Size the fleet (agentrl.envs.replicas) so that it rarely waits
+    env_capacity_wait_s: float = DEFAULT_CAPACITY_WAIT_S
     #: seconds one environment call may take: longer than the controller's own bounds (120 s for a
     #: worker's answer, ~26 s to declare a hung worker lost), so its ``task error`` and reason arrive first
     env_timeout_s: float = DEFAULT_TIMEOUT_S
@@ -105,8 +113,21 @@ class AgentLoopConfig:
     #: the trainer stops with an error after this many batches in a row in which every episode
     #: failed (controller or workers gone: there is nothing to train on, and the update is a no-op)
     max_failed_batches: int = 3
+    #: the trainer stops with an error when more than this share of a batch's episodes failed to
+    #: reach the environment service (failure kind env_transport): a node that cannot reach the
+    #: controller, a fleet too small for the batch; 1.0 turns it off
+    max_transport_failure_share: float = 0.2
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.max_transport_failure_share <= 1.0:
+            raise ValueError(
+                f"agentrl.agent_loop.max_transport_failure_share={self.max_transport_failure_share} must be "
+                "within [0, 1] (1 turns the check off)"
+            )
+        if self.env_capacity_wait_s < 0:
+            raise ValueError(
+                f"agentrl.agent_loop.env_capacity_wait_s={self.env_capacity_wait_s} must be >= 0"
+            )
         if self.max_turns < 1:
             raise ValueError(f"agentrl.agent_loop.max_turns={self.max_turns} must be >= 1")
         if self.max_failed_batches < 1:
@@ -221,8 +242,19 @@ class EnvsConfig:
     launch: bool = False
     #: the tasks to serve (names in the task catalogue, `agentrl-envs list`), e.g. [dbbench, kg]
     tasks: Optional[List[str]] = None  # noqa: UP006, UP045
-    #: the controller's port on 127.0.0.1
+    #: the controller's port
     port: int = 5020
+    #: the address the controller and the workers bind (beyond loopback a worker secret is
+    #: required: agentrl.envs.secret_file or $AGENTRL_ENV_WORKER_SECRET)
+    host: str = "127.0.0.1"
+    #: the address the trainer's nodes and the workers reach the controller at (null: host); give
+    #: it when host is 0.0.0.0, e.g. the head node's cluster address
+    advertise_host: Optional[str] = None  # noqa: UP045
+    #: file holding the worker secret the controller and the workers share (null: $AGENTRL_ENV_WORKER_SECRET)
+    secret_file: Optional[str] = None  # noqa: UP045
+    #: task workers per task (default 1 each), e.g. {alfworld: 7}: a step's episodes of a task
+    #: should fit the sum of its workers' concurrency (docs/gpu.md sizes it per recipe)
+    replicas: Dict[str, int] = field(default_factory=dict)  # noqa: UP006
     #: the tasks' split: train or test
     split: str = "train"
     #: each task worker in its own container (images built by scripts/build_task_image.sh)
@@ -242,7 +274,10 @@ class EnvsConfig:
             raise ValueError(
                 f"agentrl.envs.launch=true needs agentrl.envs.tasks, e.g. [dbbench,kg]; known tasks: {known}"
             )
-        for name in [*(self.tasks or []), *(self.task_kwargs or {})]:
+        bad = {name: n for name, n in (self.replicas or {}).items() if n < 1}
+        if bad:
+            raise ValueError(f"agentrl.envs.replicas must be >= 1 per task, got {bad}")
+        for name in [*(self.tasks or []), *(self.task_kwargs or {}), *(self.replicas or {})]:
             if name not in task_specs():
                 raise ValueError(f"agentrl.envs: unknown task {name!r}; known tasks: {known}")
         if self.split not in SPLITS:

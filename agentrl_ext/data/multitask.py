@@ -94,6 +94,22 @@ def mix_tasks(
     return [(task, index) for _, _, task, index in sorted(keyed, key=lambda item: item[:2])]
 
 
+def bounded_sample(
+    indices_by_task: Mapping[str, Sequence[Any]], max_per_task: int | None, seed: int = 0
+) -> dict[str, list[Any]]:
+    """At most ``max_per_task`` indices of each task, drawn without replacement with ``seed`` and
+    kept in the task's order (None: all of them)."""
+    if max_per_task is None:
+        return {task: list(idx) for task, idx in indices_by_task.items()}
+    if max_per_task < 1:
+        raise ValueError(f"max_per_task={max_per_task} must be >= 1")
+    out = {}
+    for task, idx in indices_by_task.items():
+        chosen = set(random.Random(f"{seed}:{task}").sample(range(len(idx)), min(max_per_task, len(idx))))
+        out[task] = [index for i, index in enumerate(idx) if i in chosen]
+    return out
+
+
 def write_dataset(rows: list[dict[str, Any]], path: str | Path) -> Path:
     """Write rows as a verl parquet file (atomically)."""
     import pandas as pd
@@ -178,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="seeds the shuffles")
     parser.add_argument(
+        "--max-per-task",
+        type=int,
+        default=None,
+        help="at most this many samples of each task, drawn with --seed (a bounded validation set)",
+    )
+    parser.add_argument(
         "--allow-held-out",
         action="store_true",
         help="build a training set even though the workers serve a held-out (test) split",
@@ -212,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(1, f"agentrl-build-dataset: {exc}\n")
     if warning:
         print(warning, file=sys.stderr)
+    try:
+        indices = bounded_sample(indices, args.max_per_task, args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
     path = build_multitask_dataset(indices, args.out, seed=args.seed, split=args.kind)
     counts = ", ".join(f"{t}: {len(i)}" for t, i in indices.items())
     print(f"wrote {path} ({counts})")

@@ -8,6 +8,11 @@ worker yet, or a controller that just restarted and waits for its workers to re-
 ``cancel`` and the read-only calls on any transport error (``get_indices`` and
 ``calculate_overall`` also on 503). A 503's ``Retry-After`` is honoured (up to
 ``RetryPolicy.max_retry_after_s``).
+
+A start that finds every worker of its task busy (503) may also wait for a free slot beyond the
+retry deadline, up to ``capacity_wait_s`` (a whole step's episodes start at once, more than one
+worker per task may hold); the time it waited comes back with the session
+(:attr:`StartedSample.waited_s`) so that callers can count it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ DEFAULT_TIMEOUT_S = 180.0
 forwarded call (``worker_request_timeout_s`` = 120 s; a lost worker: ``heartbeat_timeout_s`` +
 ``check_interval_s`` = 26 s), so the controller's ``task error`` answer, with its reason, comes
 first; short enough that a hung controller does not stall a rollout for long."""
+
+DEFAULT_CAPACITY_WAIT_S = 900.0
+"""Default longest wait of a session start for a free worker slot (503 answers): long enough for
+the episodes ahead of it to end (AgentBench's 20-turn episodes take minutes), bounded so that a
+fleet that never frees a slot drops the episode instead of hanging the step."""
 
 DEFAULT_RETRY_DEADLINE_S = 60.0
 """Default time a call keeps retrying an unreachable controller or a 503: longer than a
@@ -134,6 +144,8 @@ class StartedSample:
 
     session_id: int
     response: InteractResponse
+    #: seconds the start waited on 503 answers (no free worker slot, or workers re-registering)
+    waited_s: float = 0.0
 
 
 class ControllerClient:
@@ -145,6 +157,10 @@ class ControllerClient:
     about a session goes to ``base_urls[session_id % len(base_urls)]``, the shard that holds it.
     ``secret`` is the controller's client secret (sent as ``Authorization: Bearer``); None reads
     ``$AGENTRL_ENV_CLIENT_SECRET`` (:data:`~agentrl_ext.env.auth.CLIENT_SECRET_ENV`), unset: none.
+    ``capacity_wait_s``: how long :meth:`start_sample` keeps asking while the controller answers
+    503 (every worker of the task at capacity), counted from its first attempt; 0: only as long as
+    the retry policy allows (the agent loop waits ``agentrl.agent_loop.env_capacity_wait_s``,
+    :data:`DEFAULT_CAPACITY_WAIT_S` by default).
     """
 
     def __init__(
@@ -155,7 +171,11 @@ class ControllerClient:
         connect_timeout_s: float = 10.0,
         max_connections: int = 1024,
         secret: str | None = None,
+        capacity_wait_s: float = 0.0,
     ) -> None:
+        if capacity_wait_s < 0:
+            raise ValueError(f"capacity_wait_s={capacity_wait_s} must be >= 0")
+        self.capacity_wait_s = capacity_wait_s
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         for url in urls or [""]:
             if not url.startswith(("http://", "https://")):
@@ -216,9 +236,11 @@ class ControllerClient:
         retry_sent: bool,
         retry_statuses: tuple[int, ...] = (),
         base: str | None = None,
+        waits: list[float] | None = None,
     ) -> tuple[bytes, dict[str, str]]:
         """One API call with retries; returns (body, headers) of a 200 answer. ``base``: the
-        controller to call (default: the session's shard, else the first)."""
+        controller to call (default: the session's shard, else the first); ``waits``: gets the
+        wait before each retry after a ``retry_statuses`` answer."""
         if base is None:
             base = self.base_url if session_id is None else self.base_urls[session_id % len(self.base_urls)]
         url = base + path
@@ -264,20 +286,44 @@ class ControllerClient:
                     f"{type(error).__name__}: {error}"
                 ) from error
             logger.info("%s %s attempt %d failed (%s); retrying in %.2fs", method, path, attempt, error, wait)
+            if waits is not None and isinstance(error, ControllerError):
+                waits.append(wait)
             await asyncio.sleep(wait)
 
     async def start_sample(
         self, name: str, index: SampleIndex, custom_task: dict[str, Any] | None = None
     ) -> StartedSample:
-        """Start a session of task ``name`` at ``index`` (``-1`` with ``custom_task`` for a custom one)."""
-        payload, headers = await self._call(
-            "POST",
-            "/start_sample",
-            body={"name": name, "index": index, "custom_task": custom_task},
-            retry_sent=False,
-            retry_statuses=(503,),
-            base=self.base_urls[next(self._next_start) % len(self.base_urls)],
-        )
+        """Start a session of task ``name`` at ``index`` (``-1`` with ``custom_task`` for a custom one).
+
+        While the controller answers 503 (no free worker slot) the start waits, asking again as its
+        ``Retry-After`` says, for up to ``capacity_wait_s``; then the 503 is raised."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waits: list[float] = []
+        base = self.base_urls[next(self._next_start) % len(self.base_urls)]
+        while True:
+            try:
+                payload, headers = await self._call(
+                    "POST",
+                    "/start_sample",
+                    body={"name": name, "index": index, "custom_task": custom_task},
+                    retry_sent=False,
+                    retry_statuses=(503,),
+                    base=base,
+                    waits=waits,
+                )
+                break
+            except ControllerError as exc:
+                elapsed = loop.time() - started
+                if exc.status != 503 or elapsed >= self.capacity_wait_s:
+                    raise
+                # the retry policy's deadline passed, the capacity wait has not: keep asking
+                wait = min(self.capacity_wait_s - elapsed, max(1.0, self.retry.max_backoff_s))
+                logger.info(
+                    "start_sample %s: no free worker for %.0fs; asking again in %.1fs", name, elapsed, wait
+                )
+                waits.append(wait)
+                await asyncio.sleep(wait)
         raw_id = headers.get(SESSION_ID_HEADER)
         try:
             session_id = int(raw_id)  # type: ignore[arg-type]
@@ -288,7 +334,7 @@ class ControllerClient:
                 200,
                 f"answer has no integer session_id header: {raw_id!r:.40}",
             ) from None
-        return StartedSample(session_id, _parse(InteractResponse, payload, "start_sample"))
+        return StartedSample(session_id, _parse(InteractResponse, payload, "start_sample"), sum(waits))
 
     async def interact(self, session_id: int, messages: list[dict[str, Any]]) -> InteractResponse:
         """Send the agent's step (assistant messages with tool calls); returns the environment's answer."""

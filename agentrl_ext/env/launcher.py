@@ -2,12 +2,14 @@
 
     agentrl-envs up --tasks dbbench,kg,guess                # local worker processes
     agentrl-envs up --tasks dbbench,kg --docker --port 5020 # each worker in its own container
+    agentrl-envs up --tasks alfworld,webshop --replicas alfworld=7,webshop=2 \
+        --host 0.0.0.0 --advertise-host HEAD_IP --secret-file secret.txt  # for a multi-node trainer
     agentrl-envs list                                       # the known tasks
 
 ``up`` starts what the tasks need (the MariaDB server of ``scripts/mariadb.sh`` for dbbench
 unless it runs on SQLite, the private Docker engine of ``scripts/dockerd.sh`` for ``--docker``
-and for tasks with per-session containers), the controller on ``127.0.0.1:PORT``, one worker
-per task (a local process, or with ``--docker`` a container of the task's image built by
+and for tasks with per-session containers), the controller on ``HOST:PORT`` (127.0.0.1 unless
+``--host``), ``--replicas`` workers per task (default one; a local process, or with ``--docker`` a container of the task's image built by
 ``scripts/build_task_image.sh``), waits until every worker is healthy and routable, prints
 where everything listens, and on Ctrl-C / SIGTERM stops all of it, last started first, leaving
 no process or container behind (and the servers it started itself, not those it found running).
@@ -46,6 +48,7 @@ from agentrl_ext.env.tasks import SPLITS, task_spec, task_specs
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+WILDCARD_HOSTS = ("0.0.0.0", "::")
 DEFAULT_PORT = 5020
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 """``scripts/`` of the source tree (mariadb.sh, dockerd.sh, build_task_image.sh)."""
@@ -76,11 +79,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def listening(port: int) -> bool:
-    """Whether something accepts connections on ``127.0.0.1:port``."""
-    with socket.socket() as sock:
+def listening(port: int, host: str = LOOPBACK) -> bool:
+    """Whether something accepts connections on ``host:port`` (a wildcard host: on 127.0.0.1)."""
+    host = LOOPBACK if host in WILDCARD_HOSTS else host.strip("[]")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.settimeout(1.0)
-        return sock.connect_ex((LOOPBACK, port)) == 0
+        return sock.connect_ex((host, port)) == 0
 
 
 def wait_until(
@@ -139,11 +143,13 @@ class ServerProcess:
     env: dict[str, str] = field(default_factory=dict)
     die_with_parent: bool = False
     new_session: bool = False
+    #: the address others reach it at (the address it binds, unless that is a wildcard)
+    host: str = LOOPBACK
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://{LOOPBACK}:{self.port}"
+        """``http://HOST:PORT`` (127.0.0.1 by default)."""
+        return f"http://{_url_host(self.host)}:{self.port}"
 
     @property
     def api(self) -> str:
@@ -230,9 +236,14 @@ class ServerProcess:
             self.proc.wait(5)
 
 
-def controller_argv(port: int, **options: Any) -> list[str]:
-    """``python -m agentrl_ext.env.controller`` on 127.0.0.1:``port``; None options keep the defaults."""
-    argv = [sys.executable, "-m", "agentrl_ext.env.controller", "--host", LOOPBACK, "--port", str(port)]
+def _url_host(host: str) -> str:
+    """``host`` as it goes into a URL (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def controller_argv(port: int, host: str = LOOPBACK, **options: Any) -> list[str]:
+    """``python -m agentrl_ext.env.controller`` on ``host:port``; None options keep the defaults."""
+    argv = [sys.executable, "-m", "agentrl_ext.env.controller", "--host", host, "--port", str(port)]
     for key, value in options.items():
         if value is not None:
             argv += ["--" + key.replace("_", "-"), str(value)]
@@ -248,10 +259,18 @@ def worker_argv(
     concurrency: int | None = None,
     log_level: str = "info",
     python: Sequence[str] = (sys.executable, "-m", "agentrl_ext.env.worker"),
+    host: str = LOOPBACK,
+    self_address: str | None = None,
+    secret_file: str | None = None,
 ) -> list[str]:
-    """The task-worker command line for ``task`` ("module:Class") on 127.0.0.1:``port``
-    (``controller_api``: one controller, or the shards of one fleet)."""
-    argv = [*python, task, "--host", LOOPBACK, "--port", str(port)]
+    """The task-worker command line for ``task`` ("module:Class") on ``host:port``
+    (``controller_api``: one controller, or the shards of one fleet; ``self_address``: the URL
+    the controller reaches it at, when ``host`` is not that address)."""
+    argv = [*python, task, "--host", host, "--port", str(port)]
+    if self_address is not None:
+        argv += ["--self-address", self_address]
+    if secret_file is not None:
+        argv += ["--secret-file", secret_file]
     if heartbeat_interval is not None:
         argv += ["--heartbeat-interval", str(heartbeat_interval)]
     if kwargs:
@@ -311,7 +330,13 @@ class EnvStack:
 
     Args:
         tasks: names in the task catalogue (:func:`~agentrl_ext.env.tasks.task_specs`).
-        port: the controller's port on 127.0.0.1.
+        port: the controller's port.
+        host: the address the controller and the workers bind (default 127.0.0.1); beyond
+            loopback a worker secret is required (``secret_file`` or ``$AGENTRL_ENV_WORKER_SECRET``).
+        advertise_host: the address the workers and the trainer's nodes reach them at (default
+            ``host``; required when ``host`` is a wildcard such as 0.0.0.0).
+        secret_file: the worker secret's file, given to the controller and to every worker.
+        replicas: workers per task (default 1), e.g. ``{"alfworld": 7}``.
         docker: each worker in its own container (``agentrl-<task>:latest``, built when missing).
         split: ``train`` or ``test``: the table's kwargs for that split.
         kwargs: per-task kwargs on top of the table's, e.g. ``{"dbbench": {"backend": "sqlite"}}``.
@@ -330,6 +355,10 @@ class EnvStack:
     ready_timeout_s: float = 180.0
     heartbeat_interval: float | None = None
     die_with_parent: bool = False
+    host: str = LOOPBACK
+    advertise_host: str | None = None
+    secret_file: str | None = None
+    replicas: dict[str, int] = field(default_factory=dict)
     controller: ServerProcess | None = field(default=None, init=False)
     workers: dict[str, ServerProcess] = field(default_factory=dict, init=False)
     containers: dict[str, Any] = field(default_factory=dict, init=False)
@@ -352,6 +381,33 @@ class EnvStack:
         self.task_kwargs = {
             name: task_spec(name).kwargs_for(self.split, self.kwargs.get(name)) for name in self.tasks
         }
+        self.replicas = {name: int(self.replicas.get(name, 1)) for name in self.tasks} | {
+            name: int(n) for name, n in self.replicas.items()
+        }
+        extra = sorted(set(self.replicas) - set(self.tasks))
+        bad = {name: n for name, n in self.replicas.items() if n < 1}
+        if extra or bad:
+            raise ValueError(
+                f"replicas {dict(self.replicas)}: every count must be >= 1 and name a started task ({self.tasks})"
+            )
+        if self.advertise_host is None:
+            if self.host in WILDCARD_HOSTS:
+                raise ValueError(
+                    f"host {self.host} binds every address; give the address the trainer's nodes and the "
+                    "workers reach the controller at (agentrl-envs up --advertise-host ADDRESS, "
+                    "agentrl.envs.advertise_host=ADDRESS)"
+                )
+            self.advertise_host = self.host
+        from agentrl_ext.env.auth import WORKER_SECRET_ENV, load_secret, require_secret_beyond_loopback
+
+        # the controller and the workers refuse to start without it; say so before starting anything
+        require_secret_beyond_loopback(
+            self.host,
+            load_secret(self.secret_file, WORKER_SECRET_ENV),
+            "agentrl-envs up",
+            "--secret-file (agentrl.envs.secret_file)",
+            WORKER_SECRET_ENV,
+        )
         if self.docker:
             missing = [n for n in self.tasks if not (SCRIPTS.parent / "envs" / n / "Dockerfile").is_file()]
             if missing:
@@ -366,8 +422,13 @@ class EnvStack:
 
     @property
     def api(self) -> str:
-        """The controller's API base, ``http://127.0.0.1:PORT/api``."""
-        return f"http://{LOOPBACK}:{self.port}{API_PREFIX}"
+        """The controller's API base as advertised, ``http://ADVERTISE_HOST:PORT/api``."""
+        return f"http://{_url_host(self.advertise_host or self.host)}:{self.port}{API_PREFIX}"
+
+    def worker_names(self, name: str) -> list[str]:
+        """The keys of task ``name``'s workers in :attr:`workers` / :attr:`containers`: ``name``,
+        then ``name#2``, ``name#3``... for its further replicas."""
+        return [name] + [f"{name}#{i}" for i in range(2, self.replicas.get(name, 1) + 1)]
 
     def __enter__(self) -> EnvStack:
         self.start()
@@ -386,11 +447,11 @@ class EnvStack:
         return self
 
     def _start(self) -> None:
-        if listening(self.port):
+        if listening(self.port, self.host):
             # the new controller could not bind, and its readiness check would be answered by the
             # process already there: the workers would join another run's controller
             raise RuntimeError(
-                f"port {self.port} on {LOOPBACK} is in use (another agentrl-train or agentrl-envs up?); "
+                f"port {self.port} on {self.host} is in use (another agentrl-train or agentrl-envs up?); "
                 "stop it, or choose a free port (agentrl.envs.port=N, agentrl-envs up --port N)"
             )
         log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="agentrl-envs-"))
@@ -402,23 +463,27 @@ class EnvStack:
                     self.task_kwargs[name]["mariadb_url"] = self.services["mariadb"]
         if self.docker or any("docker" in task_spec(n).needs for n in self.tasks):
             self._service("dockerd", "dockerd.sh", "host")
+        secret = {"worker_secret_file": self.secret_file} if self.secret_file else {}
         self.controller = ServerProcess(
             "controller",
-            controller_argv(self.port),
+            controller_argv(self.port, self.host, **secret),
             self.port,
             log_dir / "controller.log",
             die_with_parent=self.die_with_parent,
             new_session=self.die_with_parent,
+            host=str(self.advertise_host),
         )
         self.controller.start().wait_ready(60)
         for name in self.tasks:
-            if self.docker:
-                self._start_container(name)
-            else:
-                self._start_worker(name, log_dir)
+            for key in self.worker_names(name):
+                if self.docker:
+                    self._start_container(name, key)
+                else:
+                    self._start_worker(name, log_dir, key)
         for name in self.tasks:
-            if name in self.workers:
-                self.workers[name].wait_ready(self.ready_timeout_s)
+            for key in self.worker_names(name):
+                if key in self.workers:
+                    self.workers[key].wait_ready(self.ready_timeout_s)
             self._wait_healthy(name)
 
     def _service(self, name: str, script: str, address_command: str) -> None:
@@ -435,7 +500,16 @@ class EnvStack:
             "%s: %s%s", name, self.services[name], " (started)" if name in self.started_services else ""
         )
 
-    def _start_worker(self, name: str, log_dir: Path) -> None:
+    def _worker_address(self, port: int) -> dict[str, Any]:
+        """The bind address, advertised URL and secret of a worker on ``port`` (worker_argv's)."""
+        return {
+            "host": self.host,
+            "self_address": f"http://{_url_host(str(self.advertise_host))}:{port}{API_PREFIX}",
+            "secret_file": self.secret_file,
+        }
+
+    def _start_worker(self, name: str, log_dir: Path, key: str | None = None) -> None:
+        key = key or name
         port = free_port()
         argv = worker_argv(
             task_spec(name).task_class,
@@ -443,18 +517,20 @@ class EnvStack:
             self.api,
             self.task_kwargs[name],
             heartbeat_interval=self.heartbeat_interval,
+            **self._worker_address(port),
         )
         env = {"DOCKER_HOST": self.services["dockerd"]} if "dockerd" in self.services else {}
         worker = ServerProcess(
-            name,
+            key,
             argv,
             port,
-            log_dir / f"worker-{name}.log",
+            log_dir / f"worker-{key.replace('#', '-')}.log",
             env=env,
             die_with_parent=self.die_with_parent,
             new_session=self.die_with_parent,
+            host=str(self.advertise_host),
         )
-        self.workers[name] = worker.start()
+        self.workers[key] = worker.start()
 
     def _docker(self) -> Any:
         """The engine's client (one per stack, closed by :meth:`stop`)."""
@@ -464,7 +540,8 @@ class EnvStack:
             self._client = docker.DockerClient(base_url=self.services["dockerd"])
         return self._client
 
-    def _start_container(self, name: str) -> None:
+    def _start_container(self, name: str, key: str | None = None) -> None:
+        key = key or name
         import docker
 
         from agentrl_ext.env.providers.docker import owner_is_alive, owner_label
@@ -487,8 +564,15 @@ class EnvStack:
                 ) from None
         port = free_port()
         kwargs = {k: v for k, v in self.task_kwargs[name].items() if k != "data_dir"}
-        command = worker_argv("", port, self.api, kwargs, self.heartbeat_interval, python=())[1:]
-        volumes = {}
+        address = self._worker_address(port)
+        if address["secret_file"]:  # the file is on this host: its folder goes into the container
+            folder = str(Path(address["secret_file"]).resolve().parent)
+            volumes_secret = {folder: {"bind": folder, "mode": "ro"}}
+            address["secret_file"] = str(Path(address["secret_file"]).resolve())
+        else:
+            volumes_secret = {}
+        command = worker_argv("", port, self.api, kwargs, self.heartbeat_interval, python=(), **address)[1:]
+        volumes = dict(volumes_secret)
         if "data" in task_spec(name).needs:
             from agentrl_ext.env.data_files import data_dir
 
@@ -504,8 +588,8 @@ class EnvStack:
                 path = engine.removeprefix("unix://")
                 volumes[path] = {"bind": path, "mode": "rw"}
             environment["DOCKER_HOST"] = engine
-        container_name = f"agentrl-envs-{name}-{os.getpid()}"
-        self.containers[name] = client.containers.run(
+        container_name = f"agentrl-envs-{key.replace('#', '-')}-{os.getpid()}"
+        self.containers[key] = client.containers.run(
             image,
             command=command,
             name=container_name,
@@ -535,25 +619,33 @@ class EnvStack:
             logger.warning("could not sweep this launcher's containers: %s", exc)
 
     def _wait_healthy(self, name: str) -> None:
+        count = len(self.worker_names(name))
+
         def ready() -> bool:
-            container = self.containers.get(name)
-            if container is not None:
-                container.reload()
-                if container.status in ("exited", "dead"):
-                    logs = container.logs(tail=40).decode(errors="replace")
-                    raise RuntimeError(f"the {name} worker container exited; log:\n{logs}")
-            worker = self.workers.get(name)
-            if worker is not None and not worker.alive:
-                raise RuntimeError(f"the {name} worker exited; log:\n{worker.log_tail()}")
+            for key in self.worker_names(name):
+                container = self.containers.get(key)
+                if container is not None:
+                    container.reload()
+                    if container.status in ("exited", "dead"):
+                        logs = container.logs(tail=40).decode(errors="replace")
+                        raise RuntimeError(f"the {key} worker container exited; log:\n{logs}")
+                worker = self.workers.get(key)
+                if worker is not None and not worker.alive:
+                    raise RuntimeError(f"the {key} worker exited; log:\n{worker.log_tail()}")
             try:
-                workers = list_workers(self.api).get(self.served_name(name), [])
+                workers = list_workers(self._local_api).get(self.served_name(name), [])
             except httpx.HTTPError:
                 return False
-            return any(w["healthy"] and w["routable"] for w in workers)
+            return sum(bool(w["healthy"] and w["routable"]) for w in workers) >= count
 
-        wait_until(
-            ready, self.ready_timeout_s, 0.2, what=f"a healthy, routable {self.served_name(name)} worker"
-        )
+        what = f"{count} healthy, routable {self.served_name(name)} worker(s)"
+        wait_until(ready, self.ready_timeout_s, 0.2, what=what)
+
+    @property
+    def _local_api(self) -> str:
+        """The controller's API as this host reaches it (the bind address; loopback for a wildcard)."""
+        host = LOOPBACK if self.host in WILDCARD_HOSTS else self.host
+        return f"http://{_url_host(host)}:{self.port}{API_PREFIX}"
 
     def dead(self) -> list[str]:
         """Names of the parts that stopped on their own (the controller, workers, containers)."""
@@ -596,11 +688,12 @@ class EnvStack:
         """Where everything listens, one line each."""
         lines = [f"controller  {self.api}" + (f"  (pid {self.controller.pid})" if self.controller else "")]
         for name in self.tasks:
-            if name in self.workers:
-                worker = self.workers[name]
-                lines.append(f"worker {name:<10} {worker.api}  (pid {worker.pid}, log {worker.log_path})")
-            elif name in self.containers:
-                lines.append(f"worker {name:<10} container {self.containers[name].name} (network host)")
+            for key in self.worker_names(name):
+                if key in self.workers:
+                    worker = self.workers[key]
+                    lines.append(f"worker {key:<10} {worker.api}  (pid {worker.pid}, log {worker.log_path})")
+                elif key in self.containers:
+                    lines.append(f"worker {key:<10} container {self.containers[key].name} (network host)")
         for service, address in self.services.items():
             started = "started here" if service in self.started_services else "already running"
             lines.append(f"{service:<11} {address}  ({started})")
@@ -646,6 +739,10 @@ def launch_from_config(config: Any) -> Iterator[EnvStack | None]:
         split=envs.split,
         kwargs={name: dict(values) for name, values in dict(envs.task_kwargs or {}).items()},
         ready_timeout_s=envs.ready_timeout_s,
+        host=envs.host,
+        advertise_host=envs.advertise_host,
+        secret_file=envs.secret_file,
+        replicas=dict(envs.replicas or {}),
     )
     with stack:
         yield stack
@@ -672,6 +769,17 @@ def _parse_kwargs(values: list[str]) -> dict[str, dict[str, Any]]:
     return parsed
 
 
+def _parse_replicas(text: str) -> dict[str, int]:
+    """``alfworld=7,webshop=2`` -> ``{"alfworld": 7, "webshop": 2}``."""
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, count = item.partition("=")
+        if not count.strip().isdigit():
+            raise ValueError(f"--replicas {text!r}: {item!r} is not TASK=N (N a whole number >= 1)")
+        out[name.strip()] = int(count)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """``agentrl-envs up|list``."""
     defaults = cli.HelpFormatter
@@ -682,7 +790,28 @@ def main(argv: list[str] | None = None) -> int:
         "up", help="start the controller and task workers; Ctrl-C stops them", formatter_class=defaults
     )
     cli.add_tasks(up, help=f"comma-separated, of: {','.join(task_specs())}")
-    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="the controller's port on 127.0.0.1")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="the controller's port")
+    up.add_argument(
+        "--host",
+        default=LOOPBACK,
+        help="the address the controller and the workers bind; beyond loopback --secret-file (or "
+        "$AGENTRL_ENV_WORKER_SECRET) is required",
+    )
+    up.add_argument(
+        "--advertise-host",
+        default=None,
+        help="the address the trainer's nodes and the workers reach the controller at (default: --host; "
+        "required with --host 0.0.0.0)",
+    )
+    up.add_argument(
+        "--secret-file", default=None, help="the worker secret, given to the controller and the workers"
+    )
+    up.add_argument(
+        "--replicas",
+        default="",
+        metavar="TASK=N[,TASK=N...]",
+        help="workers per task (default 1 each), e.g. alfworld=7,webshop=2",
+    )
     up.add_argument("--docker", action="store_true", help="each worker in its own container")
     up.add_argument(
         "--split",
@@ -719,6 +848,10 @@ def main(argv: list[str] | None = None) -> int:
             log_dir=args.log_dir,
             ready_timeout_s=args.ready_timeout,
             die_with_parent=threading.current_thread() is threading.main_thread(),
+            host=args.host,
+            advertise_host=args.advertise_host,
+            secret_file=args.secret_file,
+            replicas=_parse_replicas(args.replicas),
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import hashlib
 import logging
 import random
@@ -79,18 +80,26 @@ def controller_client(config: AgentLoopConfig) -> ControllerClient:
             "agentrl.agent_loop.controller_url is not set; the agentrl agent loop talks to environments "
             "through a controller, e.g. agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api"
         )
+    url = config.controller_url
     loop = asyncio.get_running_loop()
-    key = (config.controller_url, id(loop))
+    key = (url, id(loop))
     if key not in _clients:
         if not _clients:
             atexit.register(close_controller_clients)
         client = ControllerClient(
-            config.controller_url,
+            url,
             retry=RetryPolicy(deadline_s=config.env_retry_deadline_s, max_attempts=config.env_attempts),
             timeout_s=config.env_timeout_s,
+            capacity_wait_s=config.env_capacity_wait_s,
         )
         _clients[key] = (loop, client)
     return _clients[key][1]
+
+
+def validation_settings(config: AgentLoopConfig) -> AgentLoopConfig:
+    """The agent loop's settings for validation rows: their controller is ``val_controller_url``
+    (when set; the held-out split's)."""
+    return dataclasses.replace(config, controller_url=config.val_controller_url or config.controller_url)
 
 
 def close_controller_clients(timeout_s: float = 2.0) -> None:
@@ -314,6 +323,8 @@ class AgentRLAgentLoop(AgentLoopBase):
         self.response_budget = int(self.rollout_config.response_length)
         self.prompt_budget = int(self.rollout_config.prompt_length)
         self._parser: Any = tool_parser(self.settings.tool_format, self.tokenizer)
+        #: whether the current row is a validation row (``extra_info.split`` val)
+        self.validation = False
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         task = str(kwargs.get("data_source"))
@@ -323,6 +334,8 @@ class AgentRLAgentLoop(AgentLoopBase):
             raise ValueError(
                 f"dataset row of task {task!r} has no extra_info.sample_index; build it with agentrl-build-dataset"
             )
+        # validation rows (agentrl-build-dataset --kind val) play on the held-out split's controller
+        self.validation = extra.get("split") == "val"
         client = self.controller_client()
         actor = TokenActor(
             self.server_manager,
@@ -355,7 +368,10 @@ class AgentRLAgentLoop(AgentLoopBase):
         return output
 
     def controller_client(self) -> ControllerClient:
-        """The controller client of this episode: the pooled one of this process and event loop."""
+        """The controller client of this episode: the pooled one of this process and event loop
+        (for a validation row, of ``agentrl.agent_loop.val_controller_url`` when set)."""
+        if self.validation and self.settings.val_controller_url:
+            return controller_client(validation_settings(self.settings))
         return controller_client(self.settings)
 
     def _extra(
@@ -379,6 +395,7 @@ class AgentRLAgentLoop(AgentLoopBase):
                 "failure_kind": None,
                 **turns,
                 "aborted_generations": actor.aborted_generations,
+                "start_wait_s": episode.start_wait_s,
                 "env_metrics": episode.env_metrics,
                 "seconds": episode.seconds,
                 # wall-clock start and end (the async trainer measures the rollout's idle time)

@@ -146,6 +146,8 @@ class Episode:
     #: wall-clock start (``time.time()``) and the episode's seconds
     started: float = 0.0
     seconds: float = 0.0
+    #: seconds ``start_sample`` waited for a free worker slot (the client's capacity wait)
+    start_wait_s: float = 0.0
     #: what the caller adds: the training step (``global_steps``), the evaluation run and seed
     meta: dict[str, Any] = field(default_factory=dict)
     #: the conversation as the agent saw it: the opening, each action and each answer the episode
@@ -183,6 +185,7 @@ class Episode:
             "tokens": self.tokens,
             "started": self.started,
             "seconds": self.seconds,
+            "start_wait_s": self.start_wait_s,
             "meta": self.meta,
         }
 
@@ -212,6 +215,7 @@ class Episode:
             tokens=data.get("tokens"),
             started=float(data.get("started", 0.0)),
             seconds=float(data.get("seconds", 0.0)),
+            start_wait_s=float(data.get("start_wait_s", 0.0)),
             meta=dict(data.get("meta") or {}),
         )
         episode.messages = list(episode.opening)
@@ -298,6 +302,7 @@ async def _run(client: ControllerClient, episode: Episode, actor: Actor, max_tur
             FailureKind.ENV_TRANSPORT, f"start_sample failed: {exc}", SampleStatus.TASK_ERROR
         ) from exc
     episode.session_id = started.session_id
+    episode.start_wait_s = started.waited_s
     opening = started.response
     episode.opening, episode.tools = list(opening.messages), opening.tools
     if opening.finish or opening.status.finished:

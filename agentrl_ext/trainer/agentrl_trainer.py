@@ -12,6 +12,8 @@ verl's private per-step methods) and adds:
   π_θ / π_behaviour at the start of the update (``agentrl/cross_policy/ratio_*``);
 - ``get_llm_client``: with cross-policy sampling on, the agent loops get a client that routes
   every generation call to the current or the stale pool;
+- ``init``: before verl builds its workers, every Ray node where verl places agent-loop workers
+  must reach the controller(s) (:mod:`agentrl_ext.trainer.reachability`);
 - ``on_init_end`` / ``on_step_end``: the stale pool is launched and takes the actor's weights at
   start, then again every ``stale_step`` steps, through verl's checkpoint engine
   (:mod:`agentrl_ext.rollout.standalone_pool`). It is refreshed before verl's own hook wakes the current
@@ -36,9 +38,11 @@ from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
 from agentrl_ext.algos.task_context import BatchTurns
 from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
+from agentrl_ext.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
+from agentrl_ext.rollout.agent_loop import AGENT_NAME
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.standalone_pool import StandalonePool, refresh_due
-from agentrl_ext.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
+from agentrl_ext.trainer.reachability import check_controller_from_every_node
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +79,12 @@ def episode_metrics(
     metrics["agentrl/env/failed_episodes"] = float(failed_total)
     # why episodes were dropped (agent loop FailureKind), and generations that came back aborted
     infos = [x.get("agentrl", {}) for x in extras]
+    # session starts that waited for a free worker slot (a fleet smaller than the batch)
+    waits = [float(x.get("start_wait_s", 0.0)) for x in infos]
+    if waits:
+        metrics["agentrl/env/start_waited"] = float(sum(w > 0 for w in waits))
+        metrics["agentrl/env/start_wait_s_mean"] = float(np.mean(waits))
+        metrics["agentrl/env/start_wait_s_max"] = float(np.max(waits))
     for kind in sorted({str(x["failure_kind"]) for x in infos if x.get("failure_kind")}):
         metrics[f"agentrl/env/failure_kind/{kind}"] = float(sum(x.get("failure_kind") == kind for x in infos))
     metrics["agentrl/rollout/aborted_generations"] = float(
@@ -106,18 +116,36 @@ def episode_metrics(
 
 class FailedBatches:
     """Counts batches in a row in which every episode failed; raises at ``limit`` with the reasons.
+    Also raises at once when more than ``max_transport_share`` of a batch's episodes could not
+    reach the environment service (``env_transport``).
 
     verl would go on training such batches (every sample masked: a NaN loss and no update), so a
-    run whose controller or workers are gone would otherwise "finish" its steps without learning.
+    run whose controller or workers are gone would otherwise "finish" its steps without learning;
+    and a run where one node of several cannot reach the controller would train on the others'
+    episodes only, as long as one episode per batch succeeds.
     """
 
-    def __init__(self, limit: int, controller_url: str | None = None) -> None:
+    def __init__(
+        self, limit: int, controller_url: str | None = None, max_transport_share: float = 1.0
+    ) -> None:
         self.limit = limit
         self.controller_url = controller_url
+        self.max_transport_share = max_transport_share
         self.in_a_row = 0
 
     def observe(self, metrics: dict[str, float], episodes: int) -> None:
         """``metrics``: :func:`episode_metrics` of a batch of ``episodes`` episodes."""
+        transport = metrics.get("agentrl/env/failure_kind/env_transport", 0.0)
+        if episodes and self.max_transport_share < 1.0 and transport / episodes > self.max_transport_share:
+            raise RuntimeError(
+                f"{int(transport)} of {episodes} episodes of this batch could not reach the environment service "
+                f"at {self.controller_url or 'agentrl.agent_loop.controller_url'} (env_transport: "
+                f"{transport / episodes:.0%} > agentrl.agent_loop.max_transport_failure_share="
+                f"{self.max_transport_share:g}). Check that every node reaches the controller (a routable "
+                "address, not 127.0.0.1, with the client secret), that its workers are up, and that the "
+                "fleet has room for a step's episodes (agentrl.envs.replicas; agentrl.agent_loop."
+                "env_capacity_wait_s); the agent-loop workers' logs name each failure"
+            )
         if episodes == 0 or metrics.get("agentrl/env/failed_episodes", 0.0) < episodes:
             self.in_a_row = 0
             return
@@ -187,8 +215,8 @@ class AgentRLTrainerHooks(TrainerStepHooks):
 
     @functools.cached_property
     def _failed_batches(self) -> FailedBatches:
-        agentrl = agentrl_config(self.config)
-        return FailedBatches(agentrl.agent_loop.max_failed_batches, agentrl.agent_loop.controller_url)
+        loop = agentrl_config(self.config).agent_loop
+        return FailedBatches(loop.max_failed_batches, loop.controller_url, loop.max_transport_failure_share)
 
     def replay_buffer_poll_interval_s(self) -> float | None:
         return agentrl_config(self.config).replay_poll_interval_s
@@ -204,6 +232,15 @@ class AgentRLTrainerHooks(TrainerStepHooks):
             stale_ratio=cross.stale_ratio,
             seed=cross.seed,
         )
+
+    def init(self) -> None:
+        # before verl builds anything (minutes for a large model): every node where verl will run
+        # agent-loop workers must reach the environment service
+        loop = agentrl_config(self.config).agent_loop
+        agent = self.config.actor_rollout_ref.rollout.get("agent", {}).get("default_agent_loop")
+        if loop.controller_url and agent == AGENT_NAME:
+            check_controller_from_every_node([loop.controller_url, loop.val_controller_url or ""])
+        super().init()  # type: ignore[misc]  # verl's trainer, after this mixin
 
     def on_init_end(self) -> None:
         # verl calls this at the end of init(), with the actor's weights loaded (or resumed).

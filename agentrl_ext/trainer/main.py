@@ -14,6 +14,7 @@ import os
 import warnings
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -166,6 +167,7 @@ def check_config(config: DictConfig, cuda: bool) -> None:
     check_async_pipeline(config, cuda)
     check_agent_loop(config)
     check_actor_batches(config)
+    check_checkpoints(config)
     model_path = str(config.actor_rollout_ref.model.path)
     if "://" not in model_path and not Path(model_path).exists():
         raise FileNotFoundError(
@@ -207,18 +209,38 @@ def check_algorithm(config: DictConfig) -> None:
         )
 
 
+def actor_data_parallel_size(config: DictConfig) -> int:
+    """The actor's data-parallel size as verl 0.9.1 computes it: ranks / (TP x PP x CP) for Megatron
+    (``verl/utils/config.py``'s ``megatron_dp``), ranks / Ulysses SP for FSDP (the deprecated
+    ``actor.ulysses_sequence_parallel_size`` or ``actor.fsdp_config.ulysses_sequence_parallel_size``)."""
+    actor = config.actor_rollout_ref.actor
+    ranks = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    if str(actor.get("strategy")) == "megatron":
+        mc = actor.megatron
+        split = (
+            int(mc.tensor_model_parallel_size)
+            * int(mc.pipeline_model_parallel_size)
+            * int(mc.get("context_parallel_size", 1) or 1)
+        )
+    else:
+        split = max(
+            int(actor.get("ulysses_sequence_parallel_size", 1) or 1),
+            int((actor.get("fsdp_config") or {}).get("ulysses_sequence_parallel_size", 1) or 1),
+        )
+    return max(1, ranks // split)
+
+
 def check_actor_batches(config: DictConfig) -> None:
-    """The actor's micro-batches must divide each rank's mini-batch of episodes. verl 0.9.1 checks
-    this only for the deprecated global ``ppo_micro_batch_size``; otherwise the first update fails
-    with an assertion, after the warm start and the first step's generation."""
+    """The actor's micro-batches must divide each data-parallel rank's mini-batch of episodes.
+    verl 0.9.1 checks this only for the deprecated global ``ppo_micro_batch_size``; otherwise the
+    first update fails with an assertion, after the warm start and the first step's generation."""
     actor = config.actor_rollout_ref.actor
     micro = actor.get("ppo_micro_batch_size_per_gpu")
-    if actor.get("use_dynamic_bsz", False) or not micro:
+    dynamic = actor.get("use_dynamic_bsz", False)
+    if not dynamic and not micro:
         return
     n = int(config.actor_rollout_ref.rollout.get("n", 1) or 1)
-    ranks = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
-    sp = int(actor.get("ulysses_sequence_parallel_size", 1) or 1)
-    dp = max(1, ranks // sp)
+    dp = actor_data_parallel_size(config)
     episodes = int(actor.ppo_mini_batch_size) * n
     per_rank, left = divmod(episodes, dp)
     mini = (
@@ -227,6 +249,8 @@ def check_actor_batches(config: DictConfig) -> None:
     )
     if left:
         raise ValueError(f"{mini} do not split over {dp} data-parallel ranks; make it a multiple of {dp}")
+    if dynamic:  # micro-batches are packed by tokens (ppo_max_token_len_per_gpu)
+        return
     if per_rank % int(micro):
         raise ValueError(
             f"{mini} ({per_rank} per data-parallel rank) is not a multiple of "
@@ -293,12 +317,39 @@ def check_agent_loop(config: DictConfig) -> None:
 
     if config.actor_rollout_ref.rollout.get("agent", {}).get("default_agent_loop") != AGENT_LOOP_NAME:
         return
-    if not agentrl_config(config).agent_loop.controller_url:
+    loop = agentrl_config(config).agent_loop
+    if not loop.controller_url:
         raise ValueError(
             f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME} but "
             f"agentrl.agent_loop.controller_url is not set; start agentrl-controller and set e.g. "
             f"agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api (with verl's main_ppo: "
             f"+agentrl.agent_loop.controller_url=...)"
+        )
+    from agentrl_ext.trainer.reachability import ROUTABLE_FIX, is_loopback_url
+
+    nodes = int(config.trainer.nnodes)
+    for key, url in (
+        ("controller_url", loop.controller_url),
+        ("val_controller_url", loop.val_controller_url),
+    ):
+        if nodes > 1 and url and is_loopback_url(url):
+            raise ValueError(
+                f"agentrl.agent_loop.{key}={url} is a loopback address, but trainer.nnodes={nodes}: verl runs "
+                f"agent-loop workers on every node, and the other nodes' episodes would not reach it. Fix: "
+                f"{ROUTABLE_FIX}"
+            )
+
+
+def check_checkpoints(config: DictConfig) -> None:
+    """On several nodes, checkpoints go to one absolute path every node sees (a relative one lands
+    in each process's working directory)."""
+    folder = str(config.trainer.get("default_local_dir") or "")
+    nodes = int(config.trainer.nnodes)
+    if nodes > 1 and folder and "://" not in folder and not Path(folder).is_absolute():
+        raise ValueError(
+            f"trainer.default_local_dir={folder} is relative, but trainer.nnodes={nodes}: each rank would save "
+            "below its own working directory. Set an absolute path on storage every node mounts, e.g. "
+            "trainer.default_local_dir=/shared/checkpoints/RUN (and trainer.max_actor_ckpt_to_keep to bound it)"
         )
 
 
@@ -331,13 +382,16 @@ def check_cross_policy(config: DictConfig, cuda: bool) -> None:
         )
 
 
-def dataset_tasks(config: DictConfig) -> set[str]:
-    """The ``data_source`` values of rows that the ``agentrl`` agent loop will play."""
+def dataset_tasks(config: DictConfig, only: str | None = None) -> set[str]:
+    """The ``data_source`` values of rows that the ``agentrl`` agent loop will play (``only``:
+    of ``train_files`` or ``val_files`` alone)."""
     import pandas as pd
 
     default_loop = config.actor_rollout_ref.rollout.agent.get("default_agent_loop")
     tasks: set[str] = set()
-    for _key, f in _local_data_files(config):
+    for key, f in _local_data_files(config):
+        if only is not None and key != only:
+            continue
         frame = pd.read_parquet(f)
         agent = frame["agent_name"] if "agent_name" in frame else pd.Series([default_loop] * len(frame))
         rows = frame.loc[agent.fillna(default_loop) == AGENT_LOOP_NAME]
@@ -375,14 +429,40 @@ def check_environment(
             f"the dataset has agentrl episodes (tasks {sorted(tasks)}) but agentrl.agent_loop.controller_url is "
             f"not set; start agentrl-controller and set e.g. agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api"
         )
+    val_url = agentrl.agent_loop.val_controller_url
+    if not val_url:
+        _check_controller(url, tasks, timeout_s, rejoin_wait_s)
+        return
+    _check_controller(url, dataset_tasks(config, "train_files"), timeout_s, rejoin_wait_s)
+    val_tasks = dataset_tasks(config, "val_files")
+    workers = _check_controller(val_url, val_tasks, timeout_s, rejoin_wait_s)
+    on_train = sorted(t for t in val_tasks if any(w.get("split") == "train" for w in workers.get(t, [])))
+    if on_train:
+        raise ValueError(
+            f"agentrl.agent_loop.val_controller_url={val_url} serves the train split of {on_train}: validation "
+            "would score the policy on its training samples. Serve the held-out split there (agentrl-envs up "
+            "--split test --port 5021 ...) and build data.val_files from it (agentrl-build-dataset --kind val "
+            "--max-per-task N --controller-url ...)"
+        )
+
+
+def _check_controller(
+    url: str, tasks: set[str], timeout_s: float, rejoin_wait_s: float
+) -> dict[str, list[dict[str, Any]]]:
+    """The controller at ``url`` answers and has a healthy worker of each task; returns its workers."""
     import time
 
     import httpx
 
+    from agentrl_ext.env.auth import CLIENT_SECRET_ENV, bearer, load_secret
+
+    headers = bearer(load_secret(None, CLIENT_SECRET_ENV))
     deadline = time.monotonic() + rejoin_wait_s
     while True:
         try:
-            workers = httpx.get(f"{url.rstrip('/')}/list_workers", timeout=timeout_s).json()
+            answer = httpx.get(f"{url.rstrip('/')}/list_workers", timeout=timeout_s, headers=headers)
+            answer.raise_for_status()
+            workers = answer.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise ConnectionError(
                 f"agentrl.agent_loop.controller_url={url} does not answer ({type(exc).__name__}: {exc}); "
@@ -390,7 +470,7 @@ def check_environment(
             ) from exc
         missing = sorted(t for t in tasks if not any(w.get("healthy") for w in workers.get(t, [])))
         if not missing:
-            return
+            return dict(workers)
         if time.monotonic() >= deadline:
             raise LookupError(
                 f"the controller at {url} has no healthy worker for task(s) {missing} named by the dataset's "

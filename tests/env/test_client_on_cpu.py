@@ -63,6 +63,35 @@ async def test_start_sample_waits_for_capacity_with_backoff(servers: EnvServers)
         assert full.value.status == 503
 
 
+async def test_a_start_waits_for_a_free_slot_beyond_the_retry_deadline_and_says_how_long(servers: EnvServers):
+    """A step starts more episodes than the workers hold: the extra starts wait (bounded by
+    capacity_wait_s) for a slot instead of being dropped when the retry policy gives up."""
+    controller = servers.controller()
+    servers.worker(controller, PROBE_TASK, concurrency=1)
+    wait_routable(controller, "probe")
+    brief = RetryPolicy(deadline_s=0.2, initial_backoff_s=0.05, max_backoff_s=0.1)
+    async with ControllerClient(controller.api, retry=brief, capacity_wait_s=120) as client:
+        first = await client.start_sample("probe", "forever")
+        assert first.waited_s == 0.0
+
+        async def free_later() -> None:
+            await asyncio.sleep(1.0)  # well past the retry deadline
+            await client.cancel(first.session_id)
+
+        releaser = asyncio.create_task(free_later())
+        second = await client.start_sample("probe", "echo")  # 503 "at capacity" until the cancel
+        await releaser
+        assert second.session_id != first.session_id
+        assert second.waited_s > brief.deadline_s  # the waits on 503 answers, for the metrics
+        await client.cancel(second.session_id)
+    # bounded: a slot that never frees ends the wait with the controller's 503
+    async with ControllerClient(controller.api, retry=brief, capacity_wait_s=0.5) as client:
+        await client.start_sample("probe", "forever")
+        with pytest.raises(ControllerError) as full:
+            await client.start_sample("probe", "forever")
+        assert full.value.status == 503 and "at capacity" in full.value.detail
+
+
 async def test_503_retry_after_is_honoured():
     """A controller that is busy for 0.8 s and says so: the client waits as told instead of giving up."""
     first_call: list[float] = []

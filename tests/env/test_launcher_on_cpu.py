@@ -167,3 +167,35 @@ def test_launch_from_config_starts_and_stops_the_stack_on_cpu():
     assert not any(running(pid) for pid in pids)
     with pytest.raises(ValueError, match="unknown task 'nosuch'; known tasks: "):
         AgentRLConfig.from_config({"envs": {"launch": True, "tasks": ["nosuch"]}})
+
+
+def test_replicas_per_task_and_the_bind_address_reach_every_worker_on_cpu(tmp_path):
+    """``agentrl.envs.replicas`` starts that many workers of a task; ``host`` is where the controller
+    and the workers listen and what every URL names (here IPv6 loopback, bracketed in URLs)."""
+    port = free_port()
+    config = AgentRLConfig.from_config(
+        {"envs": {"launch": True, "tasks": ["guess", "calc"], "port": port, "host": "::1",
+                  "replicas": {"guess": 3}, "ready_timeout_s": 120}}
+    )  # fmt: skip
+    with launch_from_config(config) as stack:
+        assert stack is not None and stack.api == f"http://[::1]:{port}/api"
+        workers = list_workers(stack.api)
+        guess = [w for w in workers["guess"] if w["healthy"] and w["routable"]]
+        assert len(guess) == 3 and len(workers["calc"]) == 1
+        assert all(w["address"].startswith("http://[::1]:") for w in [*guess, *workers["calc"]])
+        assert sorted(stack.workers) == ["calc", "guess", "guess#2", "guess#3"]
+        assert play_guess(stack.api, 10003)["status"] == "completed"  # the train split's seeds
+
+
+def test_an_address_beyond_loopback_needs_a_secret_and_an_advertised_address_on_cpu(monkeypatch):
+    from agentrl_ext.env.auth import WORKER_SECRET_ENV
+    from agentrl_ext.env.launcher import EnvStack
+
+    monkeypatch.delenv(WORKER_SECRET_ENV, raising=False)
+    # nothing is started: both are refused while the stack is described
+    with pytest.raises(ValueError, match=r"0.0.0.0 binds every address.*--advertise-host ADDRESS"):
+        EnvStack(tasks=["guess"], host="0.0.0.0")
+    with pytest.raises(ValueError, match=r"refuses to bind '0.0.0.0' without a worker secret.*--secret-file"):
+        EnvStack(tasks=["guess"], host="0.0.0.0", advertise_host="envs.cluster.test")
+    with pytest.raises(ValueError, match=r"replicas .* must be >= 1"):
+        EnvStack(tasks=["guess"], replicas={"guess": 0})

@@ -3,8 +3,10 @@
 Marked ``gpu``: skipped without CUDA, and skipped with the reason named where something else is
 missing. Beyond CUDA GPUs it needs:
 
-- the recipe's engines, all GPU-only: ``vllm`` or ``sglang`` for the rollout, ``megatron-core``
-  (with Megatron-Bridge) for the 32B recipe's training engine;
+- the recipe's engines, all GPU-only: ``vllm`` or ``sglang`` for the rollout; for the 32B recipe's
+  training engine every module verl 0.9.1's Megatron engine imports (megatron-core, NVIDIA
+  Megatron-Bridge, TransformerEngine: ``pip install -e ".[megatron]"`` or verl's Megatron image).
+  Without megatron at all the 32B case skips; with a partial stack it fails naming the module;
 - the model weights on disk (nothing is downloaded): ``AGENTRL_QWEN2_5_7B``, ``AGENTRL_QWEN2_5_14B``,
   ``AGENTRL_QWEN2_5_32B`` name local Hugging Face checkpoints of Qwen2.5-{7B,14B,32B}-Instruct;
 - one node with enough GPUs for the recipe's model parallelism (training TP x PP, rollout TP).
@@ -49,6 +51,29 @@ RECIPES = {
     "gpu_qwen2.5_14b_fsdp_sglang": ("AGENTRL_QWEN2_5_14B", ["sglang"]),
     "gpu_qwen2.5_32b_megatron": ("AGENTRL_QWEN2_5_32B", ["vllm", "megatron.core"]),
 }
+#: what verl 0.9.1's Megatron engine imports beyond megatron.core (tests/packaging/test_gpu_extras_on_cpu.py
+#: finds them in verl's source), and verl's own engine modules, which import the rest
+MEGATRON_ENGINE_MODULES = [
+    "megatron.core",
+    "megatron.bridge",
+    "transformer_engine.pytorch",
+    "verl.models.mcore.bridge",
+    "verl.workers.engine.megatron.transformer_impl",
+]
+
+
+def _check_megatron_stack() -> None:
+    """Import every module of the Megatron engine; a partial stack fails naming the module and the fix."""
+    import importlib
+
+    for module in MEGATRON_ENGINE_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            pytest.fail(
+                f"megatron is installed but {module} does not import ({exc}); verl 0.9.1's Megatron engine needs "
+                'megatron-core, Megatron-Bridge and TransformerEngine: pip install -e ".[megatron]" or verl\'s image'
+            )
 
 
 def _one_node(recipe: str) -> tuple[int, int]:
@@ -78,6 +103,8 @@ def test_gpu_recipe_runs_one_step(recipe, tmp_path):
     missing = [m for m in modules if importlib.util.find_spec(m.split(".")[0]) is None]
     if missing:
         pytest.skip(f"{recipe} needs {missing} installed (GPU-only packages)")
+    if "megatron.core" in modules:
+        _check_megatron_stack()
     model = os.environ.get(env_var)
     if not model or not (Path(model) / "config.json").exists():
         pytest.skip(f"set {env_var} to a local Hugging Face checkpoint for {recipe}")
@@ -91,6 +118,7 @@ def test_gpu_recipe_runs_one_step(recipe, tmp_path):
             sys.executable, "-m", "agentrl_ext.trainer.main", "--config-name", recipe,
             f"actor_rollout_ref.model.path={model}",
             f"agentrl.agent_loop.controller_url={servers.controller_url}",
+            "agentrl.agent_loop.val_controller_url=null",  # no validation here (test_freq -1)
             "agentrl.agent_loop.max_turns=4", "agentrl.agent_loop.max_tokens_per_turn=64",
             f"data.train_files={train}", f"data.val_files={train}",
             f"data.train_batch_size={prompts}", f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}",

@@ -617,3 +617,23 @@ def test_controller_sigkilled_mid_episode_drops_that_episode_and_the_next_one_ru
         out = asyncio.run(episode(ScriptedModel(tokenizer, [echo_call("a"), finish_call])))
         info = out.extra_fields["agentrl"]
         assert info["failed"] is False and info["status"] == "completed" and out.reward_score == 1.0
+
+
+def test_validation_rows_play_on_the_validation_controller_on_cpu(tokenizer, monkeypatch):
+    """Rows built with ``agentrl-build-dataset --kind val`` (extra_info.split val) go to
+    agentrl.agent_loop.val_controller_url, the held-out split's controller; training rows do not."""
+    urls: list[str] = []
+
+    def recording(settings):
+        urls.append(settings.controller_url)
+        return FakeController([finish(reward=1.0)])
+
+    monkeypatch.setattr(agent_loop_mod, "controller_client", recording)
+    for split in ("train", "val"):
+        loop = _loop(
+            tokenizer, ScriptedModel(tokenizer, [ANSWER]), val_controller_url="http://127.0.0.1:2/api"
+        )
+        row = {"data_source": "os", "extra_info": {"sample_index": "3", "split": split}, "global_steps": 9}
+        out = asyncio.run(loop.run({"temperature": 1.0}, **row))
+        assert out.extra_fields["agentrl"]["start_wait_s"] == 0.0
+    assert urls == ["http://127.0.0.1:1/api", "http://127.0.0.1:2/api"]

@@ -372,7 +372,7 @@ def test_help_lists_recipes_keys_and_cpu_changes_on_cpu(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
-    assert len(out.splitlines()) < 120, "a help, not a 1,100-line config"
+    assert len(out.splitlines()) < 150, "a help (one line per agentrl.* key), not a 1,100-line config"
     for recipe in RECIPES:
         assert f"  {recipe} " in out
     keys = describe_keys()

@@ -102,6 +102,41 @@ def test_batches_whose_every_episode_failed_stop_training_after_the_limit_on_cpu
     FailedBatches(limit=1).observe(batch(0, total=0), 0)  # an empty batch is no failure
 
 
+def test_a_batch_whose_share_of_transport_failures_passes_the_threshold_stops_at_once_on_cpu():
+    """One node of two cannot reach the controller: half the episodes fail as env_transport while
+    the other half trains; above agentrl.agent_loop.max_transport_failure_share the run stops."""
+    from agentrl_ext.trainer.agentrl_trainer import FailedBatches
+
+    def batch(transport: int, status_failures: int = 0, total: int = 10) -> dict:
+        extras = [
+            {"agentrl": {"failed": True, "status": "task error", "failure_kind": "env_transport"}}
+            if i < transport
+            else {"agentrl": {"failed": True, "status": "task error", "failure_kind": "env_status"}}
+            if i < transport + status_failures
+            else _extra(True)
+            for i in range(total)
+        ]
+        return episode_metrics(["guess"] * total, [0.0] * total, extras)
+
+    guard = FailedBatches(limit=3, controller_url="http://127.0.0.1:5020/api", max_transport_share=0.2)
+    guard.observe(batch(2), 10)  # 20%: at the threshold, not above
+    guard.observe(batch(1, status_failures=5), 10)  # environment statuses are not transport failures
+    with pytest.raises(
+        RuntimeError,
+        match=r"5 of 10 episodes .* \(env_transport: 50% > agentrl.agent_loop.max_transport_failure_share=0.2\).*routable",
+    ):
+        guard.observe(batch(5), 10)
+    FailedBatches(limit=3, max_transport_share=1.0).observe(batch(9), 10)  # 1.0: off
+
+
+def test_starts_that_waited_for_a_free_worker_are_counted_on_cpu():
+    waited = [{"agentrl": {**_extra(True)["agentrl"], "start_wait_s": w}} for w in (0.0, 2.0, 6.0, 0.0)]
+    metrics = episode_metrics(["guess"] * 4, [1.0] * 4, waited)
+    assert metrics["agentrl/env/start_waited"] == 2.0
+    assert metrics["agentrl/env/start_wait_s_mean"] == pytest.approx(2.0)
+    assert metrics["agentrl/env/start_wait_s_max"] == pytest.approx(6.0)
+
+
 def test_max_failed_batches_must_be_positive_on_cpu():
     from agentrl_ext.config import AgentRLConfig
 

@@ -54,14 +54,20 @@ class Layout:
     rollout_tp: int
     rollout_replicas: int
     trajectories_per_dp_rank: int  # per step
-    micro_batches_per_mini_batch: int  # gradient accumulation per optimizer update and DP rank
+    episodes_per_dp_rank_per_update: int  # a mini-batch's share of one DP rank
 
 
 RECIPES = {
-    "gpu_qwen2.5_7b_fsdp_vllm": Layout(QWEN2_5_7B, "fsdp2", "vllm", 8, 1, 1, 8, 2, 4, 64, 8),
-    "gpu_qwen2.5_14b_fsdp_sglang": Layout(QWEN2_5_14B, "fsdp2", "sglang", 16, 1, 1, 16, 2, 8, 32, 8),
+    "gpu_qwen2.5_7b_fsdp_vllm": Layout(QWEN2_5_7B, "fsdp2", "vllm", 8, 1, 1, 8, 2, 4, 64, 32),
+    "gpu_qwen2.5_14b_fsdp_sglang": Layout(QWEN2_5_14B, "fsdp2", "sglang", 16, 1, 1, 16, 2, 8, 32, 16),
     "gpu_qwen2.5_32b_megatron": Layout(QWEN2_5_32B, "megatron", "vllm", 32, 4, 2, 4, 4, 8, 128, 64),
 }
+
+#: a controller address every node of a cluster reaches (only composed and checked here, never called)
+ROUTABLE = [
+    "agentrl.agent_loop.controller_url=http://envs.cluster.test:5020/api",
+    "agentrl.agent_loop.val_controller_url=http://envs.cluster.test:5021/api",
+]
 
 
 def test_every_gpu_recipe_is_listed_here_on_cpu():
@@ -73,9 +79,14 @@ def _compose(name: str, overrides: list[str] | None = None) -> DictConfig:
         return compose(config_name=name, overrides=overrides or [])
 
 
-def _filled(name: str, tmp_path: Path, overrides: list[str] | None = None, model: bool = True) -> DictConfig:
-    """The recipe with what a user provides: the model downloaded and the datasets built under the cache."""
-    config = _compose(name, [f"agentrl.cache_dir={tmp_path}", *(overrides or [])])
+def _filled(
+    name: str, tmp_path: Path, overrides: list[str] | None = None, model: bool = True, routable: bool = True
+) -> DictConfig:
+    """The recipe with what a user provides: the model downloaded, the datasets built under the cache,
+    and (``routable``) the environment service's address on the cluster."""
+    config = _compose(
+        name, [f"agentrl.cache_dir={tmp_path}", *(ROUTABLE if routable else []), *(overrides or [])]
+    )
     paths = [Path(str(config.data.train_files)), Path(str(config.data.val_files))]
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +143,8 @@ def test_gpu_recipe_has_agentrl_settings_on_cpu(recipe, tmp_path):
     # the behaviour log-probs of the rollout engine drive the PPO ratio
     assert rollout.calculate_log_probs
     assert config.algorithm.rollout_correction.bypass_mode
-    assert config.algorithm.rollout_correction.loss_type == "ppo_clip"
+    # in bypass mode verl's v1 trainer trains with the actor's policy loss: vanilla is PPO-clip
+    assert actor.policy_loss.loss_mode == "vanilla"
     assert rollout.agent.default_agent_loop == "agentrl"
     assert agentrl.agent_loop.controller_url
     assert agentrl.agent_loop.incomplete_punishment == pytest.approx(-0.2)
@@ -225,18 +237,28 @@ def test_gpu_recipe_parallel_sizes_divide_model_and_batch_on_cpu(recipe, tmp_pat
     assert arch.heads % rollout.tensor_model_parallel_size == 0
     assert arch.kv_heads % rollout.tensor_model_parallel_size == 0
     assert trainer.n_gpus_per_node % rtp == 0 and gpus // rtp == layout.rollout_replicas
-    # batch: trajectories split evenly over DP ranks, mini-batches into whole micro-batches
-    n, micro = rollout.n, actor.ppo_micro_batch_size_per_gpu
-    assert not actor.use_dynamic_bsz
+    # batch: trajectories split evenly over DP ranks; micro-batches packed by tokens (dynamic batch size)
+    n = rollout.n
     trajectories, mini = config.data.train_batch_size * n, actor.ppo_mini_batch_size * n
     assert config.data.train_batch_size % actor.ppo_mini_batch_size == 0
     assert trajectories % dp == 0 and trajectories // dp == layout.trajectories_per_dp_rank
-    assert mini % dp == 0 and (mini // dp) % micro == 0
-    assert mini // dp // micro == layout.micro_batches_per_mini_batch
-    if pp > 1:  # enough micro-batches to fill the pipeline
-        assert layout.micro_batches_per_mini_batch >= pp
+    assert mini % dp == 0 and mini // dp == layout.episodes_per_dp_rank_per_update
+    assert actor.use_dynamic_bsz
     # a whole GRPO group (n rollouts of one prompt) per mini-batch
     assert actor.ppo_mini_batch_size >= 1
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_multi_node_gpu_recipe_refuses_a_loopback_controller_on_cpu(recipe, tmp_path):
+    """verl runs agent-loop workers on every node: 127.0.0.1 reaches the driver's node only."""
+    config = _filled(recipe, tmp_path, routable=False)
+    if config.trainer.nnodes == 1:
+        check_config(config, cuda=True)  # one node: the recipe's 127.0.0.1 is fine
+        return
+    with pytest.raises(
+        ValueError, match=r"controller_url=http://127.0.0.1:5020/api is a loopback address.*--advertise-host"
+    ):
+        check_config(config, cuda=True)
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
@@ -277,14 +299,279 @@ def test_gpu_recipe_passes_verl_validate_config_on_cpu(recipe, tmp_path, capsys)
     validate(config, use_reference_policy=True, use_critic=False)
     assert "All configuration checks passed" in capsys.readouterr().out
     # and it checks the arithmetic: 3 prompts x 3 samples split over no DP size of these recipes
-    bad = _filled(
-        recipe,
-        tmp_path,
-        [
-            "data.train_batch_size=3",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=3",
-            "actor_rollout_ref.rollout.n=3",
-        ],
-    )
+    # (verl's own check skips it under dynamic batch size; ours, with verl's DP size, does not)
+    odd = [
+        "data.train_batch_size=3",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+        "actor_rollout_ref.rollout.n=3",
+    ]
     with pytest.raises(AssertionError, match=r"real_train_batch_size \(9\) must be divisible"):
-        validate(bad, use_reference_policy=True, use_critic=False)
+        validate(
+            _filled(recipe, tmp_path, [*odd, "actor_rollout_ref.actor.use_dynamic_bsz=false",
+                                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]),
+            use_reference_policy=True,
+            use_critic=False,
+        )  # fmt: skip
+    dp = RECIPES[recipe].dp
+    with pytest.raises(
+        ValueError, match=rf"9 episodes per mini-batch do not split over {dp} data-parallel ranks"
+    ):
+        check_config(_filled(recipe, tmp_path, odd), cuda=True)
+
+
+# ---------------------------------------------------------------------------- sizing (docs/gpu.md)
+
+
+def _task_concurrency(task: str) -> int:
+    """The ``concurrency`` class attribute of ``envs/<task>/task.py`` (read, not imported: the
+    tasks' engines are optional extras)."""
+    source = (Path(recipes_dir()).parent / "envs" / task / "task.py").read_text()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["concurrency"]:
+            return int(ast.literal_eval(node.value))
+    raise AssertionError(f"envs/{task}/task.py sets no concurrency")
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_gpu_recipe_fleet_holds_a_step_of_episodes_on_cpu(recipe, tmp_path):
+    """A step starts every episode at once: each task's workers must hold its share of the step."""
+    config = _filled(recipe, tmp_path)
+    envs = AgentRLConfig.from_config(config.agentrl).envs
+    tasks = list(envs.tasks or [])
+    assert sorted(tasks) == ["alfworld", "dbbench", "kg", "os", "webshop"]
+    # round-robin mixing: a step's prompts spread evenly over the tasks, rounded up
+    per_task = -(-config.data.train_batch_size // len(tasks)) * config.actor_rollout_ref.rollout.n
+    assert per_task == 104
+    for task in tasks:
+        capacity = envs.replicas.get(task, 1) * _task_concurrency(task)
+        assert capacity >= per_task, (
+            f"{task}: {envs.replicas.get(task, 1)} workers hold {capacity} < {per_task}"
+        )
+    # bounded waits: a start waits for a slot (not dropped after ~2 s), a failing share stops the run
+    loop = AgentRLConfig.from_config(config.agentrl).agent_loop
+    assert loop.env_capacity_wait_s >= 600
+    assert 0 < loop.max_transport_failure_share < 0.5
+
+
+#: opening prompts measured through the controller, in tiny-tokenizer tokens (recipes/agentbench.yaml);
+#: the tiny BPE (1,031 symbols) cuts text finer than Qwen2.5's 151,643: an upper bound for Qwen2.5
+LONGEST_OPENING_TINY_TOKENS = 3734  # kg, test split (with its one-shot example)
+QWEN2_5_MAX_POSITIONS = 32768  # max_position_embeddings of Qwen2.5-{7B,14B,32B}-Instruct's config.json
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_gpu_recipe_lengths_hold_agentbench_episodes_on_cpu(recipe, tmp_path):
+    config = _filled(recipe, tmp_path)
+    data, actor = config.data, config.actor_rollout_ref.actor
+    assert data.max_prompt_length >= LONGEST_OPENING_TINY_TOKENS
+    # 20 turns of alfworld/webshop need 8k-32k tokens (recipes/agentbench.yaml): at least 16k
+    assert data.max_response_length >= 16384
+    episode = data.max_prompt_length + data.max_response_length
+    assert episode <= QWEN2_5_MAX_POSITIONS
+    # dynamic batch size: one whole episode fits a micro-batch, for the update and the log-prob passes
+    assert actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu >= episode
+    for role in ("ref", "rollout"):
+        node = config.actor_rollout_ref[role]
+        assert node.log_prob_use_dynamic_bsz and node.log_prob_max_token_len_per_gpu >= episode
+
+
+def _parameters(arch: Arch) -> int:
+    """Parameters of a Qwen2.5 dense model from its config.json numbers (untied embeddings for 7B+)."""
+    head_dim = arch.hidden // arch.heads
+    kv = arch.kv_heads * head_dim
+    attention = (
+        arch.hidden * arch.hidden * 2 + arch.hidden * kv * 2 + arch.hidden + 2 * kv
+    )  # q,o + k,v + biases
+    mlp = 3 * arch.hidden * arch.intermediate
+    return arch.layers * (attention + mlp + 2 * arch.hidden) + 2 * arch.vocab * arch.hidden + arch.hidden
+
+
+GIB = 2**30
+H100_80GB_GIB = 79.6  # what torch.cuda.mem_get_info reports on an 80 GB H100/A100
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_gpu_recipe_fits_80gb_while_generating_on_cpu(recipe, tmp_path):
+    """While the rollout engine generates, the actor's training state that stays on the GPU plus the
+    engine's share (gpu_memory_utilization) must fit one 80 GB GPU (arithmetic in docs/gpu.md)."""
+    layout = RECIPES[recipe]
+    config = _filled(recipe, tmp_path)
+    actor = config.actor_rollout_ref.actor
+    params = _parameters(layout.arch)
+    if actor.strategy == "megatron":
+        shard = params / (layout.tp * layout.pp)
+        # bf16 weights + fp32 grad buffer per model-parallel shard; fp32 master + Adam m, v over DP
+        state = shard * (2 + 4) + shard * 12 / layout.dp
+        offloaded = actor.megatron.param_offload and actor.megatron.optimizer_offload
+    else:
+        # FSDP2: fp32 parameters, grads and Adam m, v, all sharded over DP
+        state = params * 16 / layout.dp
+        offloaded = actor.fsdp_config.param_offload and actor.fsdp_config.optimizer_offload
+    resident = 0.0 if offloaded else state / GIB
+    engine = config.actor_rollout_ref.rollout.gpu_memory_utilization * H100_80GB_GIB
+    assert resident + engine <= H100_80GB_GIB, (
+        f"{resident:.1f} GiB of training state + {engine:.1f} GiB of rollout"
+    )
+    assert state / GIB < H100_80GB_GIB * 0.6  # and while training (rollout asleep), room for activations
+    assert config.actor_rollout_ref.ref[
+        actor.strategy if actor.strategy == "megatron" else "fsdp_config"
+    ].param_offload
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_gpu_recipe_checkpoints_to_one_absolute_folder_with_a_limit_on_cpu(recipe, tmp_path):
+    config = _filled(recipe, tmp_path)
+    folder = Path(str(config.trainer.default_local_dir))
+    assert folder.is_absolute() and folder.is_relative_to(tmp_path)
+    assert config.trainer.max_actor_ckpt_to_keep == 2
+    bad = _filled(recipe, tmp_path, ["trainer.default_local_dir=checkpoints/run"])
+    if config.trainer.nnodes > 1:
+        with pytest.raises(ValueError, match=r"default_local_dir=checkpoints/run is relative.*absolute path"):
+            check_config(bad, cuda=True)
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_gpu_recipe_validates_on_a_bounded_test_split_controller_on_cpu(recipe, tmp_path):
+    config = _filled(recipe, tmp_path, routable=False)
+    loop = AgentRLConfig.from_config(config.agentrl).agent_loop
+    # a second controller (agentrl-envs up --split test --port 5021) plays the validation rows
+    assert loop.val_controller_url and loop.val_controller_url != loop.controller_url
+    assert loop.val_controller_url.endswith(":5021/api")
+    assert config.actor_rollout_ref.rollout.val_kwargs.n == 1
+
+
+# ---------------------------------------------------------------------------- no dead keys
+
+#: verl keys that verl 0.9.1 reads only on some code paths: key -> (where verl reads it, whether the
+#: composed recipe takes that path). A recipe that sets one off its path sets a key nothing reads.
+CONDITIONAL_VERL_KEYS = {
+    "actor_rollout_ref.rollout.multi_turn": (
+        "verl/experimental/agent_loop/tool_agent_loop.py (verl's own tool agent loop)",
+        lambda c: c.actor_rollout_ref.rollout.agent.default_agent_loop == "tool_agent",
+    ),
+    "algorithm.rollout_correction.loss_type": (
+        "core_algos.compute_policy_loss_bypass_mode, the loss of actor.policy_loss.loss_mode=bypass_mode",
+        lambda c: c.actor_rollout_ref.actor.policy_loss.loss_mode == "bypass_mode",
+    ),
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": (
+        "fixed-size micro-batches",
+        lambda c: not c.actor_rollout_ref.actor.use_dynamic_bsz,
+    ),
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": (
+        "token-packed micro-batches",
+        lambda c: c.actor_rollout_ref.actor.use_dynamic_bsz,
+    ),
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": (
+        "fixed-size log-prob micro-batches",
+        lambda c: not c.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz,
+    ),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": (
+        "fixed-size log-prob micro-batches",
+        lambda c: not c.actor_rollout_ref.ref.log_prob_use_dynamic_bsz,
+    ),
+    "actor_rollout_ref.actor.fsdp_config": (
+        "the FSDP engine",
+        lambda c: c.actor_rollout_ref.actor.strategy in ("fsdp", "fsdp2"),
+    ),
+    "actor_rollout_ref.ref.fsdp_config": (
+        "the FSDP engine",
+        lambda c: c.actor_rollout_ref.ref.strategy in ("fsdp", "fsdp2"),
+    ),
+    "actor_rollout_ref.actor.megatron": (
+        "the Megatron engine",
+        lambda c: c.actor_rollout_ref.actor.strategy == "megatron",
+    ),
+    "actor_rollout_ref.ref.megatron": (
+        "the Megatron engine",
+        lambda c: c.actor_rollout_ref.ref.strategy == "megatron",
+    ),
+}
+
+
+def _leaf_keys(node: object, prefix: str = "") -> list[str]:
+    if isinstance(node, dict):
+        return [k for key, value in node.items() for k in _leaf_keys(value, f"{prefix}{key}.")]
+    return [prefix.rstrip(".")]
+
+
+def _recipe_keys(recipe: str) -> list[str]:
+    """Every key the recipe file and the shared base set themselves (not verl's defaults)."""
+    import yaml
+
+    keys = []
+    for path in (Path(recipes_dir()) / "base" / "agentrl_gpu.yaml", Path(recipes_dir()) / f"{recipe}.yaml"):
+        data = yaml.safe_load(path.read_text())
+        keys += [k for k in _leaf_keys({k: v for k, v in data.items() if k not in ("hydra", "defaults")})]
+    return keys
+
+
+def _attributes_read_in_package() -> set[str]:
+    """Attribute names read anywhere in agentrl_ext (outside the config module that declares them)."""
+    package = Path(recipes_dir()).parent / "agentrl_ext"
+    names: set[str] = set()
+    for path in package.rglob("*.py"):
+        if path.name == "config.py" and path.parent == package:
+            continue
+        names |= {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+    return names
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_every_gpu_recipe_key_is_read_on_the_path_it_configures_on_cpu(recipe, tmp_path):
+    from dataclasses import fields, is_dataclass
+
+    from agentrl_ext.trainer.main import verl_config_dir
+
+    config = _filled(recipe, tmp_path)
+    engine = ["model_engine=megatron"] if config.actor_rollout_ref.actor.strategy == "megatron" else []
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        verl_default = compose(
+            config_name="ppo_trainer", overrides=engine
+        )  # verl's own keys, nothing of ours
+    read = _attributes_read_in_package()
+    for key in _recipe_keys(recipe):
+        if key.startswith("agentrl."):
+            # a field of our dataclasses, and code reads it
+            node: object = AgentRLConfig()
+            for part in key.split(".")[1:]:
+                assert is_dataclass(node) and part in {f.name for f in fields(node)}, f"{key}: no such field"
+                node = getattr(node, part)
+                if not is_dataclass(node):
+                    break
+            assert part in read, f"{key}: nothing in agentrl_ext reads .{part}"
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(verl_default, parent) if parent else verl_default
+        assert isinstance(node, DictConfig) and leaf in node.keys(), f"{key}: not a key of verl's config"
+        for prefix, (reader, on_path) in CONDITIONAL_VERL_KEYS.items():
+            if key == prefix or key.startswith(prefix + "."):
+                assert on_path(config), f"{key} is read only by {reader}, a path this recipe does not take"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "extra", "per_rank"),
+    [
+        # Megatron: DP = 32 GPUs / (TP 4 x PP 2 x CP 1) = 4 -> 256 episodes / 4 = 64 per DP rank
+        ("gpu_qwen2.5_32b_megatron", [], 64),
+        # FSDP with Ulysses SP 2: DP = 8 / 2 = 4 -> 64 per DP rank
+        (
+            "gpu_qwen2.5_7b_fsdp_vllm",
+            ["actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2"],
+            64,
+        ),
+    ],
+)
+def test_fixed_micro_batches_divide_each_data_parallel_ranks_share_as_verl_counts_ranks_on_cpu(
+    recipe, extra, per_rank, tmp_path
+):
+    fixed = ["actor_rollout_ref.actor.use_dynamic_bsz=false", *extra]
+    # 16 divides 64 (but not the 8 per rank a count of all 32 ranks as data-parallel would give)
+    check_config(
+        _filled(recipe, tmp_path, [*fixed, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"]),
+        cuda=True,
+    )
+    with pytest.raises(ValueError, match=rf"\({per_rank} per data-parallel rank\) is not a multiple of .*=3"):
+        check_config(
+            _filled(recipe, tmp_path, [*fixed, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"]),
+            cuda=True,
+        )
