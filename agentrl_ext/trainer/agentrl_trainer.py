@@ -38,11 +38,11 @@ from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
 from agentrl_ext.algos.task_context import BatchTurns
 from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
-from agentrl_ext.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 from agentrl_ext.rollout.agent_loop import AGENT_NAME
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.standalone_pool import StandalonePool, refresh_due
 from agentrl_ext.trainer.reachability import check_controller_from_every_node
+from agentrl_ext.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 
 logger = logging.getLogger(__name__)
 
