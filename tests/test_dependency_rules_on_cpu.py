@@ -151,3 +151,42 @@ def test_the_rules_see_relative_lazy_and_importlib_imports_on_cpu(tmp_path, monk
         assert f"agentrl_ext/env/planted.py imports {name}" in offenders
     else:
         assert offenders == []
+
+
+#: the floors of the house, lowest first (docs/architecture.md): an import never reaches a higher floor
+FLOORS = {
+    "agentrl_ext": 0,
+    "cli": 0,
+    "env": 0,
+    "envs": 0,
+    "models": 1,
+    "config": 2,
+    "algos": 2,
+    "platform": 2,
+    "verl_compat": 2,
+    "rollout": 3,
+    "data": 4,
+    "eval": 4,
+    "trainer": 5,
+    "plugin": 6,
+    "testing": 6,
+}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_no_import_reaches_a_higher_floor_on_cpu():
+    found = {**_imports(ROOT / "agentrl_ext"), **_imports(ROOT / "envs")}
+    rooms = {_room(_module_name(ROOT / path)) for path in found}
+    assert rooms <= set(FLOORS), f"rooms without a floor: {sorted(rooms - set(FLOORS))}"
+    up = [
+        f"{path} ({_room(_module_name(ROOT / path))}) imports {name}"
+        for path, names in found.items()
+        for name in sorted(names)
+        if name.startswith("agentrl_ext.")
+        and FLOORS.get(_room(name), 0) > FLOORS[_room(_module_name(ROOT / path))]
+    ]
+    assert up == []
