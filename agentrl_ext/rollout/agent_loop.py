@@ -36,7 +36,7 @@ from uuid import uuid4
 import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from agentrl_ext.config import AgentLoopConfig, agentrl_config
+from agentrl_ext.config import AgentLoopConfig
 from agentrl_ext.data.multitask import decode_sample_index
 from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable, RetryPolicy
 from agentrl_ext.env.protocol import InteractResponse, SampleStatus
@@ -47,6 +47,7 @@ from agentrl_ext.rollout.transcript import (
     parse_hermes_tool_calls,
     render,
 )
+from agentrl_ext.run_spec import run_spec
 
 logger = logging.getLogger(__name__)
 
@@ -181,8 +182,7 @@ class AgentRLAgentLoop(AgentLoopBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        agentrl = agentrl_config(self.config)
-        self.settings = agentrl.agent_loop
+        self.settings = run_spec(self.config).agentrl.agent_loop
         #: retries of a generation that came back aborted (``agentrl.agent_loop.abort_retries``)
         self.abort_retries = self.settings.abort_retries
         self.abort_retry_delay_s = self.settings.abort_retry_delay_s

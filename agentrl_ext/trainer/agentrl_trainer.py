@@ -35,9 +35,10 @@ from verl.utils.debug import marked_timer
 from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
 from agentrl_ext.algos.task_context import BatchTurns
-from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
+from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.standalone_pool import StandalonePool, refresh_due
+from agentrl_ext.run_spec import RunSpec, run_spec
 from agentrl_ext.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 
 logger = logging.getLogger(__name__)
@@ -182,16 +183,21 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     stale_pool: StandalonePool | None = None
 
     @functools.cached_property
+    def run_spec(self) -> RunSpec:
+        """The run spec the entry point resolved and wrote into verl's config (read once here)."""
+        return run_spec(self.config)
+
+    @functools.cached_property
     def _cross_policy(self) -> CrossPolicyConfig:
-        return agentrl_config(self.config).cross_policy
+        return self.run_spec.agentrl.cross_policy
 
     @functools.cached_property
     def _failed_batches(self) -> FailedBatches:
-        agentrl = agentrl_config(self.config)
-        return FailedBatches(agentrl.agent_loop.max_failed_batches, agentrl.agent_loop.controller_url)
+        spec = self.run_spec
+        return FailedBatches(spec.agentrl.agent_loop.max_failed_batches, spec.controller_url)
 
     def replay_buffer_poll_interval_s(self) -> float | None:
-        return agentrl_config(self.config).replay_poll_interval_s
+        return self.run_spec.agentrl.replay_poll_interval_s
 
     def get_llm_client(self) -> Any:
         cross = self._cross_policy
@@ -233,7 +239,7 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     def around_advantage(self, batch: Any, metrics: dict) -> Iterator[None]:
         samples = batch_samples(batch)
         tasks = samples["data_source"]
-        credit = agentrl_config(self.config).turn_credit
+        credit = self.run_spec.agentrl.turn_credit
         context = task_context.BatchContext(
             tasks={str(u): str(t) for u, t in zip(samples["uid"], tasks, strict=True)},
             turns=batch_turns(samples, credit) if credit.weight > 0 else None,
