@@ -15,8 +15,10 @@ import argparse
 import re
 from collections.abc import Sequence
 
+#: the controller's port on 127.0.0.1: ``agentrl-controller``, ``agentrl-envs up``, ``agentrl.envs.port``
+DEFAULT_CONTROLLER_PORT = 5020
 #: where ``agentrl-envs up`` serves the controller
-DEFAULT_CONTROLLER_URL = "http://127.0.0.1:5020/api"
+DEFAULT_CONTROLLER_URL = f"http://127.0.0.1:{DEFAULT_CONTROLLER_PORT}/api"
 
 _ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 

@@ -5,8 +5,9 @@ as the config group ``agentrl`` (option ``default``), so a recipe selects them w
 ``- agentrl: default`` in its defaults list and overrides values under ``agentrl:``; Hydra and
 OmegaConf then reject unknown keys and values of the wrong type at composition time, before
 anything starts. :meth:`AgentRLConfig.from_config` turns the composed node into the typed
-object (ranges checked in ``__post_init__``); inner code takes that object once per process
-(:func:`agentrl_config`) instead of re-reading the ``DictConfig``.
+object; each group checks its own values in ``__post_init__``. It is called in one place,
+:func:`agentrl_ext.run_spec.resolve_run_spec`, which also resolves the values that follow from
+others and freezes the result: inner code takes that run spec and never re-reads the ``DictConfig``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional  # noqa: UP035 (OmegaConf structured configs)
+from typing import Any, ClassVar, Dict, List, Optional  # noqa: UP035 (OmegaConf structured configs)
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from agentrl_ext.cli import DEFAULT_CONTROLLER_PORT
 from agentrl_ext.env.client import DEFAULT_CAPACITY_WAIT_S, DEFAULT_RETRY_DEADLINE_S, DEFAULT_TIMEOUT_S
 from agentrl_ext.models.chat_template import CHAT_TEMPLATES
 
@@ -29,8 +31,23 @@ CACHE_DIR_ENV = "AGENTRL_CACHE_DIR"
 DEFAULT_CACHE_DIR = ".cache/agentrl"
 
 
+class Freezable:
+    """A config dataclass that refuses assignment once frozen (:func:`agentrl_ext.run_spec.freeze`):
+    the run spec's values are resolved once and never changed after."""
+
+    _frozen: ClassVar[bool] = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._frozen:
+            raise FrozenInstanceError(
+                f"{type(self).__name__}.{name} is part of the resolved run spec, which no stage changes; "
+                f"set agentrl.* in the recipe or on the command line instead"
+            )
+        super().__setattr__(name, value)
+
+
 @dataclass
-class AssetsConfig:
+class AssetsConfig(Freezable):
     """``agentrl.assets``: offline assets the entry point builds before launching verl, when missing."""
 
     #: build the tiny offline model at ``actor_rollout_ref.model.path`` if that path does not exist
@@ -59,6 +76,11 @@ class AssetsConfig:
     task_weights: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.tokenizer_expert_episodes < 0:
+            raise ValueError(
+                f"agentrl.assets.tokenizer_expert_episodes must be >= 0 (0: no task text), "
+                f"got {self.tokenizer_expert_episodes}"
+            )
         if self.tiny_chat_template not in CHAT_TEMPLATES:
             raise ValueError(
                 f"agentrl.assets.tiny_chat_template={self.tiny_chat_template!r} is not a tiny-model chat "
@@ -73,11 +95,13 @@ class AssetsConfig:
 
 
 @dataclass
-class AgentLoopConfig:
+class AgentLoopConfig(Freezable):
     """``agentrl.agent_loop``: the multi-turn function-call agent loop (``agent_name: agentrl``)."""
 
     #: controller base URL, e.g. http://127.0.0.1:5020/api; on several nodes an address every
-    #: node reaches (agentrl-train probes it from each node before the first step)
+    #: node reaches (agentrl-train probes it from each node before the first step); with
+    #: agentrl.envs.launch leave it unset: the run spec derives the launched controller's
+    #: (http://<agentrl.envs.advertise_host or host>:<agentrl.envs.port>/api)
     controller_url: Optional[str] = None  # noqa: UP045  (OmegaConf structured configs need Optional)
     #: controller of the validation rows (``extra_info.split`` val, agentrl-build-dataset --kind val):
     #: one serving the held-out test split (agentrl-envs up --split test); null: controller_url
@@ -152,7 +176,7 @@ class AgentLoopConfig:
 
 
 @dataclass
-class CrossPolicyConfig:
+class CrossPolicyConfig(Freezable):
     """``agentrl.cross_policy``: AgentRL's cross-policy sampling with a stale pool."""
 
     #: cross-policy sampling: each generation call may go to a stale copy of the policy
@@ -179,7 +203,7 @@ class CrossPolicyConfig:
 
 
 @dataclass
-class TurnCreditConfig:
+class TurnCreditConfig(Freezable):
     """``agentrl.turn_credit``: a per-turn advantage added to ``task_norm_grpo``'s episode advantage.
 
     Turns taken in the same state (the same token context: same task prompt, same turns and
@@ -202,7 +226,7 @@ class TurnCreditConfig:
 
 
 @dataclass
-class AsyncPipelineConfig:
+class AsyncPipelineConfig(Freezable):
     """``agentrl.async_pipeline``: the fully asynchronous pipeline (``trainer.v1.trainer_mode=agentrl_async``)."""
 
     #: trajectories that may exist untrained, finished or in flight (the bounded buffer); null:
@@ -235,7 +259,7 @@ class AsyncPipelineConfig:
 
 
 @dataclass
-class EnvsConfig:
+class EnvsConfig(Freezable):
     """``agentrl.envs``: the environment stack ``agentrl-train`` starts itself (what ``agentrl-envs up`` starts)."""
 
     #: start the controller, the task workers and the servers they need before training, stop them after
@@ -243,7 +267,7 @@ class EnvsConfig:
     #: the tasks to serve (names in the task catalogue, `agentrl-envs list`), e.g. [dbbench, kg]
     tasks: Optional[List[str]] = None  # noqa: UP006, UP045
     #: the controller's port
-    port: int = 5020
+    port: int = DEFAULT_CONTROLLER_PORT
     #: the address the controller and the workers bind (beyond loopback a worker secret is
     #: required: agentrl.envs.secret_file or $AGENTRL_ENV_WORKER_SECRET)
     host: str = "127.0.0.1"
@@ -289,7 +313,7 @@ class EnvsConfig:
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(Freezable):
     """``agentrl.sft``: a warm start before RL, verl's SFT trainer on the tasks' expert trajectories."""
 
     #: run the warm start (``agentrl-train`` plays the experts through the controller, trains with
@@ -345,7 +369,7 @@ class SFTConfig:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Freezable):
     """``agentrl.eval``: held-out evaluation of the policy before and after RL (``agentrl-train``)."""
 
     #: evaluate before RL (after the warm start) and after it, print the table and write the plots
@@ -378,7 +402,7 @@ class EvalConfig:
 
 
 @dataclass
-class RecordsConfig:
+class RecordsConfig(Freezable):
     """``agentrl.records``: episode records of training written to disk (``agentrl-replay`` reads them)."""
 
     #: the share of training episodes written as records, drawn per episode (0: off)
@@ -400,7 +424,7 @@ class RecordsConfig:
 
 
 @dataclass
-class AgentRLConfig:
+class AgentRLConfig(Freezable):
     """The whole ``agentrl:`` node."""
 
     #: where offline assets are built; unset: ``$AGENTRL_CACHE_DIR``, else ``.cache/agentrl``
@@ -449,23 +473,6 @@ class AgentRLConfig:
             raise ValueError(f"invalid agentrl config: {exc}{hint}\nknown keys: {', '.join(known)}") from exc
         assert isinstance(obj, cls)
         return obj
-
-
-_typed: dict[int, tuple[Any, AgentRLConfig]] = {}
-
-
-def agentrl_config(config: DictConfig) -> AgentRLConfig:
-    """The typed ``agentrl`` node of verl's whole config, built once per config object and process.
-
-    verl creates an agent loop per sample with the same config object; this keeps the parse out
-    of the per-sample path.
-    """
-    key = id(config)
-    hit = _typed.get(key)
-    if hit is None or hit[0] is not config:
-        hit = (config, AgentRLConfig.from_config(config.get("agentrl")))
-        _typed[key] = hit
-    return hit[1]
 
 
 def describe_keys(klass: type = AgentRLConfig, prefix: str = "agentrl") -> list[tuple[str, str, str]]:
@@ -523,9 +530,20 @@ dataclasses in `agentrl_ext/config.py`, registered as Hydra's config group `agen
 `default`): a recipe selects them with `- agentrl: default` in its defaults list, every key can be
 overridden without `+` (with verl's own `main_ppo`, whose config has no `agentrl` node, add them
 with `+`), and an unknown key or a value of the wrong type is an error before anything starts
-(`agentrl-train` names the closest keys). Ranges are checked when the typed object is built (once
-per process; inner code never re-reads the `DictConfig`). YAML recipes read no environment
-variables. `agentrl-train --help` prints the same list. Everything else is verl's own configuration.
+(`agentrl-train` names the closest keys). YAML recipes read no environment variables.
+`agentrl-train --help` prints the same list. Everything else is verl's own configuration.
+
+The node is resolved once, by the entry point, into a frozen run spec (`agentrl_ext/run_spec.py`):
+each group below checks its own values, the run spec what spans groups and the values that follow
+from others (the agent loop's controller URL with `agentrl.envs.launch`, the evaluation's turn cap
+and controller), and `agentrl-train`'s checks how it fits verl's own keys. The resolved node is
+written into verl's config once, before the first stage, because verl's trainer and agent-loop
+workers are Ray processes that receive verl's config and nothing else; no stage writes it again.
+
+A recipe sets an `agentrl.*` key only to change it: a value equal to the one the key has without
+it (the default below, a value the run spec derives, or what a base recipe it composes sets) is
+refused by `tests/trainer/test_recipe_defaults_on_cpu.py`. Keys a recipe must set have no default
+(null); a recipe whose meaning rests on a default says so in a comment.
 """
 
 

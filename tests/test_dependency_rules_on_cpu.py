@@ -161,6 +161,7 @@ FLOORS = {
     "envs": 0,
     "models": 1,
     "config": 2,
+    "run_spec": 2,
     "algos": 2,
     "platform": 2,
     "verl_compat": 2,

@@ -30,6 +30,7 @@ import aiohttp
 import pydantic
 import pydantic_core
 
+from agentrl_ext.cli import DEFAULT_CONTROLLER_URL
 from agentrl_ext.env.auth import CLIENT_SECRET_ENV, bearer, load_secret
 from agentrl_ext.env.protocol import (
     SESSION_ID_HEADER,
@@ -79,7 +80,7 @@ def unreachable_message(url: str, option: str = "--controller-url") -> str:
     """The one line a command prints when nothing answers at the controller URL ``url``."""
     return (
         f"no controller answers at {url}: start one (agentrl-envs up --tasks NAME[,NAME...], which serves "
-        f"http://127.0.0.1:5020/api) or pass the URL of a running one with {option}"
+        f"{DEFAULT_CONTROLLER_URL}) or pass the URL of a running one with {option}"
     )
 
 
@@ -180,7 +181,7 @@ class ControllerClient:
         for url in urls or [""]:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(
-                    f"controller URL {url!r} must start with http:// or https://, e.g. http://127.0.0.1:5020/api"
+                    f"controller URL {url!r} must start with http:// or https://, e.g. {DEFAULT_CONTROLLER_URL}"
                 )
         self.base_urls = [url.rstrip("/") for url in urls]
         self.base_url = self.base_urls[0]

@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 WILDCARD_HOSTS = ("0.0.0.0", "::")
-DEFAULT_PORT = 5020
+DEFAULT_PORT = cli.DEFAULT_CONTROLLER_PORT
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 """``scripts/`` of the source tree (mariadb.sh, dockerd.sh, build_task_image.sh)."""
 CONTAINER_LABEL = "agentrl_ext.launcher"

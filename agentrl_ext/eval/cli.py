@@ -64,27 +64,36 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_API_KEY_ENV,
         help="environment variable holding the endpoint's API key",
     )
-    p.add_argument("--runs", type=int, default=1, help="episodes per (task, index)")
-    p.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--runs", type=int, default=EvalSettings.runs, help="episodes per (task, index)")
+    p.add_argument("--concurrency", type=int, default=EvalSettings.concurrency, help="episodes in flight")
+    p.add_argument("--temperature", type=float, default=EvalSettings.temperature, help="0: greedy")
+    p.add_argument("--top-p", type=float, default=EvalSettings.top_p)
     p.add_argument(
-        "--max-turns", type=int, default=32, help="cap on assistant turns (tasks have their own limits)"
+        "--max-turns",
+        type=int,
+        default=EvalSettings.max_turns,
+        help="cap on assistant turns (tasks have their own limits)",
     )
     p.add_argument("--max-tokens", type=int, help="cap on one assistant turn's tokens")
     p.add_argument(
-        "--prompt-length", type=int, default=1024, help="local models: opening prompt limit (tokens)"
+        "--prompt-length",
+        type=int,
+        default=EvalSettings.prompt_length,
+        help="local models: opening prompt limit (tokens)",
     )
     p.add_argument(
-        "--response-length", type=int, default=3072, help="local models: episode budget after the prompt"
+        "--response-length",
+        type=int,
+        default=EvalSettings.response_length,
+        help="local models: episode budget after the prompt",
     )
-    p.add_argument("--dtype", default="float32", help="local models: float32, bfloat16 or float16")
+    p.add_argument("--dtype", default=EvalSettings.dtype, help="local models: float32, bfloat16 or float16")
     p.add_argument(
         "--success-reward",
         action="append",
         help="success = completed with reward >= this (none: 1); NUMBER or TASK=NUMBER, repeatable",
     )
-    p.add_argument("--seed", type=int, default=0, help="seeds model draws and local sampling")
+    p.add_argument("--seed", type=int, default=EvalSettings.seed, help="seeds model draws and local sampling")
     p.add_argument("--label", default="", help="name of this evaluation in tables and plots, e.g. before_rl")
     p.add_argument(
         "--out",

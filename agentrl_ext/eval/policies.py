@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentrl_ext.config import AgentLoopConfig, EvalConfig
 from agentrl_ext.env.client import ControllerClient
 from agentrl_ext.env.protocol import SampleStatus
 from agentrl_ext.rollout.episode import Episode, drive_episode
@@ -59,11 +60,11 @@ class Played:
 class Sampling:
     """Generation settings shared by both kinds of policy."""
 
-    temperature: float = 0.0
+    temperature: float = EvalConfig.temperature
     top_p: float = 1.0
     #: cap on one assistant turn's tokens (None: local: the episode's remaining budget; endpoint: its default)
-    max_tokens: int | None = None
-    max_turns: int = 32
+    max_tokens: int | None = AgentLoopConfig.max_tokens_per_turn
+    max_turns: int = AgentLoopConfig.max_turns
 
 
 def episode_seed(seed: int, task: str, index: Any, run: int) -> int:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrl_ext.config import AgentLoopConfig, EvalConfig
 from agentrl_ext.env.client import ControllerClient, ControllerError, RetryPolicy
 from agentrl_ext.env.protocol import SampleStatus
 from agentrl_ext.eval.policies import (
@@ -48,29 +49,30 @@ DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 @dataclass
 class EvalSettings:
-    """How to evaluate (CLI flags of ``agentrl-eval-run`` in brackets)."""
+    """How to evaluate (CLI flags of ``agentrl-eval-run`` in brackets). The defaults that
+    ``agentrl.eval`` and ``agentrl.agent_loop`` also have are theirs (agentrl_ext/config.py)."""
 
     #: repetitions of every (task, index) [--runs]
-    runs: int = 1
+    runs: int = EvalConfig.runs_per_sample
     #: episodes in flight at once [--concurrency]
-    concurrency: int = 8
+    concurrency: int = EvalConfig.concurrency
     #: sampling temperature; 0 is greedy [--temperature]
-    temperature: float = 0.0
+    temperature: float = EvalConfig.temperature
     top_p: float = 1.0
     #: cap on assistant turns (each task has its own limit too) [--max-turns]
-    max_turns: int = 32
+    max_turns: int = AgentLoopConfig.max_turns
     #: cap on one assistant turn's tokens [--max-tokens]
-    max_tokens: int | None = None
+    max_tokens: int | None = AgentLoopConfig.max_tokens_per_turn
     #: local models: the opening prompt's limit and the episode's budget after it [--prompt-length, --response-length]
     prompt_length: int = 1024
     response_length: int = 3072
     dtype: str = "float32"
     #: success = ``completed`` with reward >= this; one value, or per task with a ``"*"`` default [--success-reward]
-    success_reward: float | dict[str, float] = 1.0
+    success_reward: float | dict[str, float] = AgentLoopConfig.success_reward
     #: seeds the model draws (cross-sampling) and local sampling [--seed]
     seed: int = 0
     #: seconds one environment call may take (then retried, then the episode fails)
-    env_timeout_s: float = 180.0
+    env_timeout_s: float = AgentLoopConfig.env_timeout_s
     #: seconds one endpoint request may take
     model_timeout_s: float = 300.0
     #: anything else to record in the report's ``settings`` (e.g. the checkpoint's training step)

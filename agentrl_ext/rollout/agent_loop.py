@@ -41,7 +41,7 @@ from uuid import uuid4
 import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from agentrl_ext.config import AgentLoopConfig, agentrl_config
+from agentrl_ext.config import AgentLoopConfig
 from agentrl_ext.env.client import ControllerClient, RetryPolicy
 from agentrl_ext.env.protocol import SampleStatus, decode_sample_index
 from agentrl_ext.rollout.episode import (
@@ -60,6 +60,7 @@ from agentrl_ext.rollout.transcript import (
     parse_hermes_tool_calls,
     render,
 )
+from agentrl_ext.run_spec import run_spec
 
 logger = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ class AgentRLAgentLoop(AgentLoopBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        agentrl = agentrl_config(self.config)
+        agentrl = run_spec(self.config).agentrl
         self.settings = agentrl.agent_loop
         self.records = agentrl.records
         #: retries of a generation that came back aborted (``agentrl.agent_loop.abort_retries``)

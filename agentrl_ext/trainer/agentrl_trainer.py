@@ -37,10 +37,11 @@ from verl.utils.debug import marked_timer
 from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
 from agentrl_ext.algos.task_context import BatchTurns
-from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig, agentrl_config
+from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig
 from agentrl_ext.rollout.agent_loop import AGENT_NAME
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.standalone_pool import StandalonePool, refresh_due
+from agentrl_ext.run_spec import RunSpec, run_spec
 from agentrl_ext.trainer.reachability import check_controller_from_every_node
 from agentrl_ext.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 
@@ -210,16 +211,22 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     stale_pool: StandalonePool | None = None
 
     @functools.cached_property
+    def run_spec(self) -> RunSpec:
+        """The run spec the entry point resolved and wrote into verl's config (read once here)."""
+        return run_spec(self.config)
+
+    @functools.cached_property
     def _cross_policy(self) -> CrossPolicyConfig:
-        return agentrl_config(self.config).cross_policy
+        return self.run_spec.agentrl.cross_policy
 
     @functools.cached_property
     def _failed_batches(self) -> FailedBatches:
-        loop = agentrl_config(self.config).agent_loop
-        return FailedBatches(loop.max_failed_batches, loop.controller_url, loop.max_transport_failure_share)
+        spec = self.run_spec
+        loop = spec.agentrl.agent_loop
+        return FailedBatches(loop.max_failed_batches, spec.controller_url, loop.max_transport_failure_share)
 
     def replay_buffer_poll_interval_s(self) -> float | None:
-        return agentrl_config(self.config).replay_poll_interval_s
+        return self.run_spec.agentrl.replay_poll_interval_s
 
     def get_llm_client(self) -> Any:
         cross = self._cross_policy
@@ -236,10 +243,11 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     def init(self) -> None:
         # before verl builds anything (minutes for a large model): every node where verl will run
         # agent-loop workers must reach the environment service
-        loop = agentrl_config(self.config).agent_loop
+        spec = self.run_spec
         agent = self.config.actor_rollout_ref.rollout.get("agent", {}).get("default_agent_loop")
-        if loop.controller_url and agent == AGENT_NAME:
-            check_controller_from_every_node([loop.controller_url, loop.val_controller_url or ""])
+        if spec.controller_url and agent == AGENT_NAME:
+            val_url = spec.agentrl.agent_loop.val_controller_url or ""
+            check_controller_from_every_node([spec.controller_url, val_url])
         super().init()  # type: ignore[misc]  # verl's trainer, after this mixin
 
     def on_init_end(self) -> None:
@@ -270,7 +278,7 @@ class AgentRLTrainerHooks(TrainerStepHooks):
     def around_advantage(self, batch: Any, metrics: dict) -> Iterator[None]:
         samples = batch_samples(batch)
         tasks = samples["data_source"]
-        credit = agentrl_config(self.config).turn_credit
+        credit = self.run_spec.agentrl.turn_credit
         context = task_context.BatchContext(
             tasks={str(u): str(t) for u, t in zip(samples["uid"], tasks, strict=True)},
             turns=batch_turns(samples, credit) if credit.weight > 0 else None,

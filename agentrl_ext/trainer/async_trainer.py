@@ -124,7 +124,6 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer, register_trainer
 from verl.utils.debug import marked_timer
 
 from agentrl_ext.algos.task_context import ASYNC_TRAINER_MODE
-from agentrl_ext.config import agentrl_config
 from agentrl_ext.rollout.cross_policy import CURRENT
 from agentrl_ext.rollout.standalone_pool import CURRENT_POOL, StandalonePool, standalone_rollout
 from agentrl_ext.trainer.agentrl_trainer import AgentRLTrainerHooks
@@ -323,7 +322,7 @@ class AgentRLTrainerAsync(AgentRLTrainerHooks, PPOTrainer):
         if self.standalone_rollout:
             without_colocated_rollout(self)
         super().__init__(config)
-        settings = agentrl_config(config).async_pipeline
+        settings = self.run_spec.agentrl.async_pipeline
         self.buffer_policy = policy_from_config(config, settings)
         # verl built its async sampler: it keeps serving validation batches
         self.replay_buffer = AsyncGroupBuffer(  # type: ignore[assignment]

@@ -36,6 +36,7 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from agentrl_ext.config import AgentRLConfig
+from agentrl_ext.run_spec import RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +74,16 @@ def _rl_tasks(config: DictConfig, agentrl: AgentRLConfig) -> list[str]:
     return sorted(dataset_tasks(config))
 
 
-def build_env_data(config: DictConfig, controller_url: str, tasks: list[str], seed: int) -> None:
-    """``data.train_files`` (AgentRL's mixing, repeated tasks) and ``data.val_files`` (each index
-    once) from the controller's indices of ``tasks``."""
+def build_env_data(
+    config: DictConfig,
+    controller_url: str,
+    tasks: list[str],
+    seed: int,
+    weights: dict[str, float] | None = None,
+) -> None:
+    """``data.train_files`` (AgentRL's mixing, repeated tasks, each ``weights[task]`` times as
+    often as the others: ``agentrl.assets.task_weights``) and ``data.val_files`` (each index once)
+    from the controller's indices of ``tasks``."""
     import asyncio
 
     from agentrl_ext.data.multitask import (
@@ -90,8 +98,9 @@ def build_env_data(config: DictConfig, controller_url: str, tasks: list[str], se
     )
     check_training_splits(asyncio.run(fetch_splits(controller_url, tasks)), controller_url, fix)
     indices = asyncio.run(fetch_indices(controller_url, tasks))
-    weights = dict(config.agentrl.assets.task_weights)
-    build_multitask_dataset(indices, str(config.data.train_files), seed=seed, split="train", weights=weights)
+    build_multitask_dataset(
+        indices, str(config.data.train_files), seed=seed, split="train", weights=dict(weights or {})
+    )
     build_multitask_dataset(indices, str(config.data.val_files), seed=seed, split="val")
     logger.info(
         "RL data: %s -> %s",
@@ -118,17 +127,17 @@ def last_actor_weights(run_dir: Path) -> Path:
 
 
 def evaluate_policy(
-    config: DictConfig, agentrl: AgentRLConfig, controller_url: str, tasks: list[str], model: Path, label: str
+    config: DictConfig, spec: RunSpec, controller_url: str, tasks: list[str], model: Path, label: str
 ) -> Any:
     """Evaluate ``model`` on ``tasks`` at ``controller_url``; writes ``eval/<label>.json``."""
     from agentrl_ext.eval import EvalSettings, evaluate
 
-    spec = agentrl.eval
+    agentrl = spec.agentrl
     settings = EvalSettings(
-        runs=spec.runs_per_sample,
-        concurrency=spec.concurrency,
-        temperature=spec.temperature,
-        max_turns=spec.max_turns or agentrl.agent_loop.max_turns,
+        runs=agentrl.eval.runs_per_sample,
+        concurrency=agentrl.eval.concurrency,
+        temperature=agentrl.eval.temperature,
+        max_turns=spec.eval_max_turns,
         max_tokens=agentrl.agent_loop.max_tokens_per_turn,
         prompt_length=int(config.data.max_prompt_length),
         response_length=int(config.data.max_response_length),
@@ -136,19 +145,22 @@ def evaluate_policy(
         seed=int(config.trainer.get("seed", 0) or 0),
         env_timeout_s=agentrl.agent_loop.env_timeout_s,
     )
-    report = evaluate(controller_url, tasks, [str(model)], settings, limit=spec.num_samples, label=label)
+    report = evaluate(
+        controller_url, tasks, [str(model)], settings, limit=agentrl.eval.num_samples, label=label
+    )
     report.settings["model_path"] = str(model)
     report.save(run_dir_of(config) / "eval" / f"{label}.json")
     return report
 
 
 @contextlib.contextmanager
-def _held_out_stack(agentrl: AgentRLConfig, tasks: list[str], run_dir: Path) -> Iterator[str]:
+def _held_out_stack(spec: RunSpec, tasks: list[str], run_dir: Path) -> Iterator[str]:
     """The controller the evaluation talks to: with ``agentrl.envs.launch``, a second stack of the
     same tasks on their held-out split (``agentrl.eval.split``), so no held-out sample can reach
     training; else ``agentrl.eval.controller_url`` (default: the agent loop's controller)."""
+    agentrl = spec.agentrl
     if not agentrl.envs.launch:
-        yield agentrl.eval.controller_url or str(agentrl.agent_loop.controller_url)
+        yield str(spec.eval_controller_url)
         return
     from agentrl_ext.env.launcher import EnvStack, free_port
 
@@ -172,9 +184,10 @@ def _held_out_stack(agentrl: AgentRLConfig, tasks: list[str], run_dir: Path) -> 
 def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
     """Run the stages the config enables around ``run_rl(config)`` (verl's trainer)."""
     from agentrl_ext.env.launcher import launch_from_config
-    from agentrl_ext.trainer.main import EarlyCheckError, pin_cache_dir, preflight
+    from agentrl_ext.trainer.main import EarlyCheckError, pin_spec, preflight
 
-    agentrl = pin_cache_dir(config)  # before any stage writes below ${agentrl.cache_dir}
+    spec = pin_spec(config)  # before any stage writes below ${agentrl.cache_dir}
+    agentrl = spec.agentrl
     run_dir = run_dir_of(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     _stop_on_sigterm()
@@ -184,14 +197,16 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
     with contextlib.ExitStack() as servers:
         with _stage("environments", timings):
             stack = servers.enter_context(launch_from_config(agentrl))
-            if stack is not None:
-                with open_dict(config):
-                    config.agentrl.agent_loop.controller_url = stack.api
-            controller_url = str(config.agentrl.agent_loop.controller_url)
+            if stack is not None and stack.api != spec.controller_url:
+                raise RuntimeError(
+                    f"the launched controller serves {stack.api}, but the run spec resolved "
+                    f"{spec.controller_url} for the agent loop (agentrl_ext.run_spec.launched_controller_url)"
+                )
+            controller_url = str(spec.controller_url)
             tasks = _rl_tasks(config, agentrl)
             eval_tasks = list(agentrl.eval.tasks) or tasks
             eval_url = (
-                servers.enter_context(_held_out_stack(agentrl, eval_tasks, run_dir))
+                servers.enter_context(_held_out_stack(spec, eval_tasks, run_dir))
                 if agentrl.eval.enable
                 else ""
             )
@@ -199,7 +214,11 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
             with _stage("RL data", timings):
                 try:
                     build_env_data(
-                        config, controller_url, tasks, seed=int(config.trainer.get("seed", 0) or 0)
+                        config,
+                        controller_url,
+                        tasks,
+                        seed=int(config.trainer.get("seed", 0) or 0),
+                        weights=agentrl.assets.task_weights,
                     )
                 except ValueError as exc:  # a held-out split: the message names the fix
                     raise EarlyCheckError(str(exc)) from exc
@@ -211,14 +230,14 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
         if agentrl.eval.enable:
             with _stage("evaluation before RL", timings):
                 model = Path(str(config.actor_rollout_ref.model.path))
-                reports.append(evaluate_policy(config, agentrl, eval_url, eval_tasks, model, "before_rl"))
+                reports.append(evaluate_policy(config, spec, eval_url, eval_tasks, model, "before_rl"))
         os.environ.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / "metrics.jsonl"))
         with _stage("RL", timings):
             run_rl(config)
         if agentrl.eval.enable:
             with _stage("evaluation after RL", timings):
                 model = last_actor_weights(run_dir)
-                reports.append(evaluate_policy(config, agentrl, eval_url, eval_tasks, model, "after_rl"))
+                reports.append(evaluate_policy(config, spec, eval_url, eval_tasks, model, "after_rl"))
     timings["total"] = time.monotonic() - started
     _report(run_dir, reports, timings)
 

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from agentrl_ext.config import AgentRLConfig
+from agentrl_ext.cli import DEFAULT_CONTROLLER_URL
+from agentrl_ext.run_spec import RunSpec, pin_run_spec, resolve_run_spec
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +54,12 @@ def recipes_dir() -> str:
         ) from exc
 
 
-def prepare_assets(config: DictConfig, agentrl: AgentRLConfig) -> None:
+def prepare_assets(config: DictConfig, spec: RunSpec) -> None:
     """Build the tiny model / toy data where the recipe asks for them and they are missing."""
+    agentrl = spec.agentrl
     model_path = Path(str(config.actor_rollout_ref.model.path))
     if agentrl.assets.build_tiny_model:
-        _ensure_tiny_model(config, agentrl, model_path)
+        _ensure_tiny_model(spec, model_path)
     if agentrl.assets.build_toy_data:
         from agentrl_ext.data.toy import build_toy_dataset
 
@@ -65,7 +67,7 @@ def prepare_assets(config: DictConfig, agentrl: AgentRLConfig) -> None:
         build_toy_dataset(train.parent)
 
 
-def _ensure_tiny_model(config: DictConfig, agentrl: AgentRLConfig, model_path: Path) -> None:
+def _ensure_tiny_model(spec: RunSpec, model_path: Path) -> None:
     """Build the tiny model at ``model_path`` unless a model is there: one built from the same
     settings (its build record says so) or one we did not build (no record, and outside
     ``agentrl.cache_dir``: the user's own)."""
@@ -73,6 +75,7 @@ def _ensure_tiny_model(config: DictConfig, agentrl: AgentRLConfig, model_path: P
 
     from agentrl_ext.models.tiny import BUILD_RECORD, TinyModelSpec, build_record, build_tiny_model
 
+    agentrl = spec.agentrl
     assets = agentrl.assets
     sizes = {f.name for f in fields(TinyModelSpec)}
     unknown = sorted(set(assets.tiny_model_spec) - sizes)
@@ -80,15 +83,11 @@ def _ensure_tiny_model(config: DictConfig, agentrl: AgentRLConfig, model_path: P
         raise ValueError(
             f"agentrl.assets.tiny_model_spec has unknown keys {unknown}; known: {', '.join(sorted(sizes))}"
         )
-    if assets.tokenizer_expert_episodes < 0:
-        raise ValueError(
-            f"agentrl.assets.tokenizer_expert_episodes must be >= 0 (0: no task text), got {assets.tokenizer_expert_episodes}"
-        )
     record_file = model_path / BUILD_RECORD
     in_cache = model_path.resolve().is_relative_to(Path(str(agentrl.cache_dir)).resolve())
     if (model_path / "config.json").exists() and not record_file.exists() and not in_cache:
         return  # a model we did not build (no record, outside our cache): never overwrite it
-    corpus = _tokenizer_corpus(config, agentrl) if assets.tokenizer_expert_episodes else []
+    corpus = _tokenizer_corpus(spec) if assets.tokenizer_expert_episodes else []
     wanted = build_record(
         TinyModelSpec(**assets.tiny_model_spec), assets.tiny_model_seed, corpus, assets.tiny_chat_template
     )
@@ -106,14 +105,15 @@ def _ensure_tiny_model(config: DictConfig, agentrl: AgentRLConfig, model_path: P
     )
 
 
-def _tokenizer_corpus(config: DictConfig, agentrl: AgentRLConfig) -> list[str]:
+def _tokenizer_corpus(spec: RunSpec) -> list[str]:
     """The chat-rendered text of ``tokenizer_expert_episodes`` expert episodes of each of the
     run's tasks that has an expert, played through the controller."""
     from agentrl_ext.data.expert import experts
     from agentrl_ext.models.tiny import build_tokenizer
     from agentrl_ext.trainer.sft import expert_rows
 
-    url = str(config.agentrl.agent_loop.get("controller_url") or "")
+    agentrl = spec.agentrl
+    url = spec.controller_url or ""
     tasks = [t for t in agentrl.envs.tasks or [] if t in experts()]
     if not url or not tasks:
         raise ValueError(
@@ -143,8 +143,12 @@ def _local_data_files(config: DictConfig) -> list[tuple[str, str]]:
     return out
 
 
-def check_config(config: DictConfig, cuda: bool) -> None:
-    """Raise on configuration mistakes before Ray starts, naming the value and the fix."""
+def check_config(config: DictConfig, cuda: bool, spec: RunSpec | None = None) -> None:
+    """Raise on configuration mistakes before Ray starts, naming the value and the fix: how the
+    ``agentrl`` settings of ``spec`` (default: resolved from ``config``) fit verl's own keys (each
+    ``agentrl`` group checks its own values, and the run spec what spans groups)."""
+    if spec is None:
+        spec = resolve_run_spec(config)
     from agentrl_ext.verl_compat import rollout_names
 
     rollout = str(OmegaConf.select(config, "actor_rollout_ref.rollout.name", throw_on_missing=False))
@@ -162,10 +166,10 @@ def check_config(config: DictConfig, cuda: bool) -> None:
             f"(the cpu_smoke recipe does)."
         )
     # consistency of the pieces first, files on disk after
-    check_cross_policy(config, cuda)
-    check_algorithm(config)
-    check_async_pipeline(config, cuda)
-    check_agent_loop(config)
+    check_cross_policy(config, spec, cuda)
+    check_algorithm(config, spec)
+    check_async_pipeline(config, spec, cuda)
+    check_agent_loop(config, spec)
     check_actor_batches(config)
     check_checkpoints(config)
     model_path = str(config.actor_rollout_ref.model.path)
@@ -186,11 +190,11 @@ def check_config(config: DictConfig, cuda: bool) -> None:
             )
 
 
-def check_algorithm(config: DictConfig) -> None:
+def check_algorithm(config: DictConfig, spec: RunSpec) -> None:
     """``task_norm_grpo`` needs each sample's task, which only our trainer mode publishes."""
     from agentrl_ext.algos.task_context import ESTIMATOR_NAME, TRAINER_MODE, TRAINER_MODES
 
-    weight = AgentRLConfig.from_config(config.get("agentrl")).turn_credit.weight
+    weight = spec.agentrl.turn_credit.weight
     if weight > 0 and str(config.algorithm.adv_estimator) != ESTIMATOR_NAME:
         raise ValueError(
             f"agentrl.turn_credit.weight={weight} adds per-turn advantages inside {ESTIMATOR_NAME}, but "
@@ -259,10 +263,9 @@ def check_actor_batches(config: DictConfig) -> None:
         )
 
 
-def check_async_pipeline(config: DictConfig, cuda: bool = False) -> None:
+def check_async_pipeline(config: DictConfig, spec: RunSpec, cuda: bool = False) -> None:
     """``trainer.v1.trainer_mode=agentrl_async``: the pieces the asynchronous pipeline needs."""
     from agentrl_ext.algos.task_context import ASYNC_TRAINER_MODE
-    from agentrl_ext.config import agentrl_config
     from agentrl_ext.rollout.standalone_pool import CURRENT_POOL, check_transport, standalone_rollout
     from agentrl_ext.trainer.async_buffer import policy_from_config
 
@@ -308,29 +311,26 @@ def check_async_pipeline(config: DictConfig, cuda: bool = False) -> None:
             f"{ASYNC_TRAINER_MODE}; set algorithm.filter_groups.enable=false"
         )
     # the buffer's own arithmetic (batch vs buffer vs concurrency vs mini-batch) names its fix
-    policy_from_config(config, agentrl_config(config).async_pipeline)
+    policy_from_config(config, spec.agentrl.async_pipeline)
 
 
-def check_agent_loop(config: DictConfig) -> None:
+def check_agent_loop(config: DictConfig, spec: RunSpec) -> None:
     """The ``agentrl`` agent loop talks to environments through a controller: its URL must be set."""
-    from agentrl_ext.config import agentrl_config
-
     if config.actor_rollout_ref.rollout.get("agent", {}).get("default_agent_loop") != AGENT_LOOP_NAME:
         return
-    loop = agentrl_config(config).agent_loop
-    if not loop.controller_url:
+    if not spec.controller_url:
         raise ValueError(
             f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME} but "
             f"agentrl.agent_loop.controller_url is not set; start agentrl-controller and set e.g. "
-            f"agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api (with verl's main_ppo: "
+            f"agentrl.agent_loop.controller_url={DEFAULT_CONTROLLER_URL} (with verl's main_ppo: "
             f"+agentrl.agent_loop.controller_url=...)"
         )
     from agentrl_ext.trainer.reachability import ROUTABLE_FIX, is_loopback_url
 
     nodes = int(config.trainer.nnodes)
     for key, url in (
-        ("controller_url", loop.controller_url),
-        ("val_controller_url", loop.val_controller_url),
+        ("controller_url", spec.controller_url),
+        ("val_controller_url", spec.agentrl.agent_loop.val_controller_url),
     ):
         if nodes > 1 and url and is_loopback_url(url):
             raise ValueError(
@@ -353,14 +353,13 @@ def check_checkpoints(config: DictConfig) -> None:
         )
 
 
-def check_cross_policy(config: DictConfig, cuda: bool) -> None:
+def check_cross_policy(config: DictConfig, spec: RunSpec, cuda: bool) -> None:
     """Cross-policy sampling needs a checkpoint engine that reaches the stale pool's standalone
     replicas, and the behaviour log-probs of every turn must drive the PPO ratio (else stale turns
     would be trained as on-policy)."""
-    from agentrl_ext.config import agentrl_config
     from agentrl_ext.rollout.standalone_pool import check_transport
 
-    if not agentrl_config(config).cross_policy.enable:
+    if not spec.agentrl.cross_policy.enable:
         return
     rollout = config.actor_rollout_ref.rollout
     if cuda:  # on CPU the platform's defaults set the gloo engine (StandalonePool.create checks it again)
@@ -413,7 +412,7 @@ def dataset_tasks(config: DictConfig, only: str | None = None) -> set[str]:
 
 
 def check_environment(
-    config: DictConfig, agentrl: AgentRLConfig, timeout_s: float = 10.0, rejoin_wait_s: float = 12.0
+    config: DictConfig, spec: RunSpec, timeout_s: float = 10.0, rejoin_wait_s: float = 12.0
 ) -> None:
     """When the agentrl agent loop will run: the controller answers and serves every task of the data.
 
@@ -423,13 +422,13 @@ def check_environment(
     tasks = dataset_tasks(config)
     if not tasks:
         return
-    url = agentrl.agent_loop.controller_url
+    url = spec.controller_url
     if not url:
         raise ValueError(
             f"the dataset has agentrl episodes (tasks {sorted(tasks)}) but agentrl.agent_loop.controller_url is "
-            f"not set; start agentrl-controller and set e.g. agentrl.agent_loop.controller_url=http://127.0.0.1:5020/api"
+            f"not set; start agentrl-controller and set e.g. agentrl.agent_loop.controller_url={DEFAULT_CONTROLLER_URL}"
         )
-    val_url = agentrl.agent_loop.val_controller_url
+    val_url = spec.agentrl.agent_loop.val_controller_url
     if not val_url:
         _check_controller(url, tasks, timeout_s, rejoin_wait_s)
         return
@@ -488,16 +487,15 @@ class EarlyCheckError(ValueError):
     prints the message alone, without a traceback)."""
 
 
-def pin_cache_dir(config: DictConfig) -> AgentRLConfig:
-    """Write the resolved, absolute ``agentrl.cache_dir`` into ``config`` (unset, paths such as
-    ``${agentrl.cache_dir}/agentrl_data`` would read ``None/agentrl_data``, relative to whatever
-    directory a process runs in); returns the typed ``agentrl`` node."""
-    agentrl = AgentRLConfig.from_config(config.get("agentrl"))
-    with open_dict(config):
-        if config.get("agentrl") is None:
-            config.agentrl = {}
-        config.agentrl.cache_dir = agentrl.cache_dir
-    return agentrl
+def pin_spec(config: DictConfig) -> RunSpec:
+    """:func:`~agentrl_ext.run_spec.pin_run_spec` (the resolved ``agentrl`` node written into verl's
+    config once, e.g. ``agentrl.cache_dir`` made absolute: unset, paths such as
+    ``${agentrl.cache_dir}/agentrl_data`` would read ``None/agentrl_data``), its mistakes raised as
+    :class:`EarlyCheckError`."""
+    try:
+        return pin_run_spec(config)
+    except ValueError as exc:
+        raise EarlyCheckError(str(exc)) from exc
 
 
 def preflight(config: DictConfig) -> None:
@@ -510,11 +508,11 @@ def preflight(config: DictConfig) -> None:
     from agentrl_ext.platform.cpu_defaults import cpu_preflight
     from agentrl_ext.platform.cpu_platform import cuda_present
 
+    spec = pin_spec(config)  # agentrl-train pinned it already; verl's main_ppo comes here first
     try:
-        agentrl = pin_cache_dir(config)
-        prepare_assets(config, agentrl)
-        check_config(config, cuda=cuda_present())
-        check_environment(config, agentrl)
+        prepare_assets(config, spec)
+        check_config(config, cuda=cuda_present(), spec=spec)
+        check_environment(config, spec)
         cpu_preflight(config)
     except (ValueError, LookupError, FileNotFoundError, TimeoutError) as exc:
         raise EarlyCheckError(str(exc)) from exc
@@ -528,7 +526,7 @@ def run(config: DictConfig) -> None:
     from agentrl_ext.trainer.job import job_stages_enabled, run_job
 
     activate()
-    if job_stages_enabled(AgentRLConfig.from_config(config.get("agentrl"))):
+    if job_stages_enabled(pin_spec(config).agentrl):
         run_job(config, run_rl)
     else:
         run_rl(config)

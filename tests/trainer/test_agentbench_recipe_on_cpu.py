@@ -22,6 +22,7 @@ from agentrl_ext.env.launcher import EnvStack, wants_mariadb
 from agentrl_ext.env.tasks import task_spec, task_specs
 from agentrl_ext.models.tiny import TinyModelSpec
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
+from agentrl_ext.run_spec import resolve_run_spec
 from agentrl_ext.testing.vendored_data import vendored_data_dir
 from agentrl_ext.trainer.main import check_config, recipes_dir
 from envs.dbbench.task import DBBenchTask
@@ -94,10 +95,10 @@ def test_every_task_of_the_agentbench_recipe_is_known_to_the_launcher_on_cpu():
     assert stack.task_kwargs["dbbench"]["split"] == "train"
     assert stack.task_kwargs["alfworld"]["split"] == "train"
     assert stack.api == f"http://127.0.0.1:{agentrl.envs.port}/api"
-    # the agent loop's URL follows the stack's port when no stack overrides it
-    assert agentrl.agent_loop.controller_url == stack.api
-    moved = AgentRLConfig.from_config(_compose(["agentrl.envs.port=5123"]).agentrl)
-    assert moved.agent_loop.controller_url == "http://127.0.0.1:5123/api"
+    # the agent loop's URL follows the stack's port (the run spec derives it)
+    assert resolve_run_spec(_compose()).controller_url == stack.api
+    moved = resolve_run_spec(_compose(["agentrl.envs.port=5123"]))
+    assert moved.controller_url == moved.agentrl.agent_loop.controller_url == "http://127.0.0.1:5123/api"
     # os is the task that needs the Docker engine
     assert [t for t in tasks if "docker" in task_spec(t).needs] == ["os"]
 

@@ -8,7 +8,16 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
 from agentrl_ext.rollout.standalone_pool import standalone_rollout
+from agentrl_ext.run_spec import resolve_run_spec
 from agentrl_ext.trainer.main import check_algorithm, check_async_pipeline, recipes_dir
+
+
+def _check_algorithm(config):
+    check_algorithm(config, resolve_run_spec(config))
+
+
+def _check_async_pipeline(config, cuda=False):
+    return check_async_pipeline(config, resolve_run_spec(config), cuda=cuda)
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +36,8 @@ def _with(config, **values):
 
 def test_async_mode_passes_the_checks_with_task_normalized_grpo_on_cpu(async_config):
     assert async_config.algorithm.adv_estimator == "task_norm_grpo"
-    check_algorithm(async_config)
-    check_async_pipeline(async_config)
+    _check_algorithm(async_config)
+    _check_async_pipeline(async_config)
 
 
 @pytest.mark.parametrize(
@@ -50,7 +59,7 @@ def test_async_mode_passes_the_checks_with_task_normalized_grpo_on_cpu(async_con
 )
 def test_async_mode_rejects_what_it_cannot_run_naming_the_fix_on_cpu(async_config, values, message):
     with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
-        check_async_pipeline(_with(async_config, **values))
+        _check_async_pipeline(_with(async_config, **values))
 
 
 STANDALONE = {
@@ -71,15 +80,15 @@ def test_async_mode_runs_any_rollout_from_a_standalone_pool_on_cpu(async_config,
         },
     )
     assert standalone_rollout(config)  # replicas of their own, refreshed through the checkpoint engine
-    assert check_async_pipeline(config, cuda=True) is None  # accepted
+    assert _check_async_pipeline(config, cuda=True) is None  # accepted
     # what makes vLLM/SGLang acceptable is the standalone pool: colocated, they would sleep through updates
     colocated = _with(config, **{"actor_rollout_ref.hybrid_engine": True})
     assert not standalone_rollout(colocated)
     if rollout == "hf":
-        assert check_async_pipeline(colocated, cuda=True) is None
+        assert _check_async_pipeline(colocated, cuda=True) is None
     else:
         with pytest.raises(ValueError, match=f"with {rollout} replicas colocated.*hybrid_engine=false"):
-            check_async_pipeline(colocated, cuda=True)
+            _check_async_pipeline(colocated, cuda=True)
 
 
 def test_async_standalone_pool_refuses_the_naive_engine_naming_the_fix_on_cpu(async_config):
@@ -94,22 +103,22 @@ def test_async_standalone_pool_refuses_the_naive_engine_naming_the_fix_on_cpu(as
     with pytest.raises(
         ValueError, match=r"current pool's standalone replicas.*backend=naive reaches only.*nccl"
     ):
-        check_async_pipeline(config, cuda=True)
+        _check_async_pipeline(config, cuda=True)
 
 
 def test_task_norm_grpo_still_refuses_verls_own_trainer_modes_on_cpu(async_config):
     with pytest.raises(ValueError, match="agentrl_sync \\(or agentrl_async\\)"):
-        check_algorithm(_with(async_config, **{"trainer.v1.trainer_mode": "colocate_async"}))
+        _check_algorithm(_with(async_config, **{"trainer.v1.trainer_mode": "colocate_async"}))
 
 
 def test_turn_credit_names_the_estimator_it_needs_on_cpu(async_config):
     credit = {"agentrl.turn_credit.weight": 1.0}
-    check_algorithm(_with(async_config, **credit))  # task_norm_grpo: fine
+    _check_algorithm(_with(async_config, **credit))  # task_norm_grpo: fine
     with pytest.raises(
         ValueError, match="agentrl.turn_credit.weight=1.0 .* set algorithm.adv_estimator=task_norm_grpo"
     ):
-        check_algorithm(_with(async_config, **credit, **{"algorithm.adv_estimator": "grpo"}))
-    check_algorithm(_with(async_config, **{"algorithm.adv_estimator": "grpo"}))  # off: grpo stays allowed
+        _check_algorithm(_with(async_config, **credit, **{"algorithm.adv_estimator": "grpo"}))
+    _check_algorithm(_with(async_config, **{"algorithm.adv_estimator": "grpo"}))  # off: grpo stays allowed
 
 
 def test_the_readme_command_for_async_on_vllm_passes_the_checks_on_cpu():
@@ -126,9 +135,9 @@ def test_the_readme_command_for_async_on_vllm_passes_the_checks_on_cpu():
                 "trainer.n_gpus_per_node=4",
             ],
         )
-    check_algorithm(config)
-    check_async_pipeline(config, cuda=True)
+    _check_algorithm(config)
+    _check_async_pipeline(config, cuda=True)
     # colocated, the same recipe is refused with the fix
     colocated = _with(config, **{"actor_rollout_ref.hybrid_engine": True})
     with pytest.raises(ValueError, match="set actor_rollout_ref.hybrid_engine=false"):
-        check_async_pipeline(colocated, cuda=True)
+        _check_async_pipeline(colocated, cuda=True)

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from agentrl_ext.config import AgentRLConfig
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
+from agentrl_ext.run_spec import resolve_run_spec
 from agentrl_ext.trainer.main import check_config, recipes_dir
 
 RECIPES = sorted(p.stem for p in Path(recipes_dir()).glob("*.yaml"))
@@ -318,7 +319,7 @@ def test_unreachable_controller_is_named_on_cpu(tmp_path):
     url = f"http://127.0.0.1:{free_port()}/api"
     config = _agentrl_config(tmp_path, url, ["letters"])
     with pytest.raises(ConnectionError, match=f"controller_url={url} does not answer"):
-        check_environment(config, AgentRLConfig.from_config(config.agentrl), timeout_s=2)
+        check_environment(config, resolve_run_spec(config), timeout_s=2)
 
 
 def test_task_without_worker_is_named_on_cpu(tmp_path):
@@ -332,9 +333,9 @@ def test_task_without_worker_is_named_on_cpu(tmp_path):
         with pytest.raises(
             LookupError, match=r"no healthy worker for task\(s\) \['digits'\].*serves \['letters'\]"
         ):
-            check_environment(config, AgentRLConfig.from_config(config.agentrl), rejoin_wait_s=2)
+            check_environment(config, resolve_run_spec(config), rejoin_wait_s=2)
         good = _agentrl_config(tmp_path, servers.controller_url, ["letters"])
-        check_environment(good, AgentRLConfig.from_config(good.agentrl))
+        check_environment(good, resolve_run_spec(good))
 
 
 def test_non_agentrl_datasets_skip_the_environment_check_on_cpu(tmp_path):
@@ -357,7 +358,7 @@ def test_non_agentrl_datasets_skip_the_environment_check_on_cpu(tmp_path):
         config = _compose("cpu_smoke", [f"data.train_files={files}", f"data.val_files={files}", dead])
         assert dataset_tasks(config) == set(), files
         # returns without asking the (dead) controller anything
-        assert check_environment(config, AgentRLConfig.from_config(config.agentrl), timeout_s=2) is None
+        assert check_environment(config, resolve_run_spec(config), timeout_s=2) is None
 
 
 def test_help_lists_recipes_keys_and_cpu_changes_on_cpu(tmp_path):
@@ -408,7 +409,7 @@ def test_rows_without_sample_index_are_named_before_ray_on_cpu(tmp_path):
     with pytest.raises(
         ValueError, match=r"1 row\(s\) for the agentrl agent loop lack extra_info.sample_index"
     ):
-        check_environment(config, AgentRLConfig.from_config(config.agentrl), timeout_s=1)
+        check_environment(config, resolve_run_spec(config), timeout_s=1)
 
 
 def test_environment_check_waits_for_workers_to_rejoin_on_cpu(tmp_path):
@@ -428,7 +429,7 @@ def test_environment_check_waits_for_workers_to_rejoin_on_cpu(tmp_path):
         )
         late.start()
         try:
-            check_environment(config, AgentRLConfig.from_config(config.agentrl), rejoin_wait_s=30)
+            check_environment(config, resolve_run_spec(config), rejoin_wait_s=30)
             # it returned because the worker had joined, not before: the controller lists it healthy
             workers = httpx.get(f"{controller.api}/list_workers", timeout=10).json()
         finally:

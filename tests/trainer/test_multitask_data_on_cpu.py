@@ -116,7 +116,9 @@ def test_run_data_stage_applies_the_task_weights_on_cpu(tmp_path, monkeypatch):
             },
         }
     )
-    build_env_data(config, "http://127.0.0.1:1/api", ["guess", "calc"], seed=0)
+    build_env_data(
+        config, "http://127.0.0.1:1/api", ["guess", "calc"], seed=0, weights=agentrl.assets.task_weights
+    )
     assert Counter(pd.read_parquet(tmp_path / "train.parquet")["data_source"]) == {"guess": 8, "calc": 4}
     assert Counter(pd.read_parquet(tmp_path / "val.parquet")["data_source"]) == {"guess": 4, "calc": 4}
 
@@ -163,7 +165,7 @@ def test_the_job_writes_env_data_below_the_resolved_cache_dir_on_cpu(tmp_path, m
     class Stop(Exception):
         pass
 
-    def stop(config):
+    def stop(*_args, **_kwargs):
         raise Stop
 
     monkeypatch.setattr(multitask, "fetch_indices", indices)

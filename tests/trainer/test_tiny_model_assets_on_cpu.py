@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from agentrl_ext.config import AgentRLConfig
 from agentrl_ext.models.tiny import BUILD_RECORD
+from agentrl_ext.run_spec import resolve_run_spec
 from agentrl_ext.trainer.main import prepare_assets
 
 
@@ -26,7 +26,7 @@ def _prepare(model: Path, cache_dir: Path | None = None, **assets) -> None:
             },
         }
     )
-    prepare_assets(config, AgentRLConfig.from_config(config.agentrl))
+    prepare_assets(config, resolve_run_spec(config))
 
 
 def _spec(model: Path) -> dict:

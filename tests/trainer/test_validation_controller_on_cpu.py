@@ -19,6 +19,7 @@ from agentrl_ext.data.multitask import bounded_sample, build_multitask_dataset, 
 from agentrl_ext.data.multitask import main as build_dataset
 from agentrl_ext.env.launcher import EnvStack, free_port
 from agentrl_ext.rollout.agent_loop import close_controller_clients, controller_client, validation_settings
+from agentrl_ext.run_spec import resolve_run_spec
 from agentrl_ext.trainer.main import check_environment
 
 
@@ -50,7 +51,7 @@ def _config(tmp_path, train_api: str, val_api: str | None):
             "agentrl": {"agent_loop": {"controller_url": train_api, "val_controller_url": val_api}},
         }
     )
-    return config, AgentRLConfig.from_config(config.agentrl)
+    return config, resolve_run_spec(config)
 
 
 def test_validation_rows_are_a_bounded_sample_of_the_test_split_on_cpu(stacks, tmp_path):

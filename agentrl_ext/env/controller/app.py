@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     defaults = ControllerConfig()
     parser = cli.parser("agentrl-controller", "AgentRL-compatible environment controller.")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
-    parser.add_argument("--port", type=int, default=5020, help="port to bind")
+    parser.add_argument("--port", type=int, default=cli.DEFAULT_CONTROLLER_PORT, help="port to bind")
     parser.add_argument(
         "--idle-timeout",
         type=float,
