@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 from agentrl_ext.config import AgentRLConfig
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
 from agentrl_ext.run_spec import resolve_run_spec
-from agentrl_ext.trainer.main import check_config, recipes_dir
+from agentrl_ext.trainer.checks import check_config
+from agentrl_ext.trainer.main import recipes_dir
 
 RECIPES = sorted(p.stem for p in Path(recipes_dir()).glob("*.yaml"))
 
@@ -314,7 +315,7 @@ def _agentrl_config(tmp_path, url, tasks):
 
 def test_unreachable_controller_is_named_on_cpu(tmp_path):
     from agentrl_ext.testing.env_servers import free_port
-    from agentrl_ext.trainer.main import check_environment
+    from agentrl_ext.trainer.checks import check_environment
 
     url = f"http://127.0.0.1:{free_port()}/api"
     config = _agentrl_config(tmp_path, url, ["letters"])
@@ -324,7 +325,7 @@ def test_unreachable_controller_is_named_on_cpu(tmp_path):
 
 def test_task_without_worker_is_named_on_cpu(tmp_path):
     from agentrl_ext.testing.env_servers import env_servers
-    from agentrl_ext.trainer.main import check_environment
+    from agentrl_ext.trainer.checks import check_environment
 
     with env_servers(
         [("letters", "letters", "agentrl_ext.envs.letters.task:LettersTask")], tmp_path / "logs"
@@ -342,7 +343,7 @@ def test_non_agentrl_datasets_skip_the_environment_check_on_cpu(tmp_path):
     import pandas as pd
 
     from agentrl_ext.testing.env_servers import free_port
-    from agentrl_ext.trainer.main import check_environment, dataset_tasks
+    from agentrl_ext.trainer.checks import check_environment, dataset_tasks
 
     # nothing listens at this URL: contacting it raises ConnectionError (test_unreachable_controller_is_named_on_cpu)
     dead = f"agentrl.agent_loop.controller_url=http://127.0.0.1:{free_port()}/api"
@@ -388,7 +389,7 @@ def test_help_lists_recipes_keys_and_cpu_changes_on_cpu(tmp_path):
 def test_rows_without_sample_index_are_named_before_ray_on_cpu(tmp_path):
     import pandas as pd
 
-    from agentrl_ext.trainer.main import check_environment
+    from agentrl_ext.trainer.checks import check_environment
 
     data = tmp_path / "bad.parquet"
     pd.DataFrame(
@@ -418,7 +419,7 @@ def test_environment_check_waits_for_workers_to_rejoin_on_cpu(tmp_path):
     import httpx
 
     from agentrl_ext.testing.env_servers import EnvServers
-    from agentrl_ext.trainer.main import check_environment
+    from agentrl_ext.trainer.checks import check_environment
 
     with EnvServers(tmp_path / "logs") as servers:
         controller = servers.controller()
