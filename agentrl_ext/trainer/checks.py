@@ -91,6 +91,26 @@ def check_config(config: DictConfig, cuda: bool, spec: RunSpec | None = None) ->
                 f"yourself (agentrl-envs up --tasks letters,digits) and run agentrl-build-dataset --tasks "
                 f"letters,digits --out {f}" + (" --kind val" if key == "val_files" else "")
             )
+    check_train_rows(config)
+
+
+def check_train_rows(config: DictConfig) -> None:
+    """A training set smaller than one batch makes verl's dataloader (which drops the last,
+    incomplete batch) yield no step: verl then divides by zero computing the steps per epoch."""
+    batch = int(config.data.get("train_batch_size") or 0)
+    files = [f for key, f in _local_data_files(config) if key == "train_files" and f.endswith(".parquet")]
+    if not batch or not files:
+        return
+    import pyarrow.parquet as pq
+
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    if rows < batch:
+        raise ValueError(
+            f"data.train_files hold {rows} rows ({', '.join(files)}), fewer than data.train_batch_size={batch}: "
+            f"verl's dataloader drops the incomplete batch and would train no step. Set "
+            f"data.train_batch_size={rows} or less, or build more rows (agentrl-build-dataset with more "
+            "tasks or samples)"
+        )
 
 
 def check_algorithm(config: DictConfig, spec: RunSpec) -> None:

@@ -62,6 +62,31 @@ def test_missing_data_file_is_named_on_cpu(tmp_path):
         check_config(config, cuda=False)
 
 
+def test_a_training_set_smaller_than_one_batch_is_named_on_cpu(tmp_path):
+    import pandas as pd
+
+    rows = pd.DataFrame({"prompt": [[{"role": "user", "content": "hi"}]] * 3, "data_source": ["toy"] * 3})
+    rows.to_parquet(tmp_path / "train.parquet")
+    config = _compose(
+        "cpu_smoke",
+        [
+            f"actor_rollout_ref.model.path={tmp_path}",
+            f"data.train_files={tmp_path}/train.parquet",
+            f"data.val_files={tmp_path}/train.parquet",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        ],
+    )
+    with pytest.raises(
+        ValueError, match=r"hold 3 rows .* fewer than data.train_batch_size=4.*train_batch_size=3 or less"
+    ):
+        check_config(config, cuda=False)
+    config.data.train_batch_size = 3
+    config.actor_rollout_ref.actor.ppo_mini_batch_size = 3
+    check_config(config, cuda=False)  # one batch: verl trains
+
+
 def test_unknown_agentrl_key_is_named_on_cpu():
     with pytest.raises(
         ValueError, match=r"Key 'bogus' not in 'AgentRLConfig'(.|\n)*known keys: agentrl.cache_dir"
