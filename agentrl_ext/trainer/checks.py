@@ -101,9 +101,13 @@ def check_train_rows(config: DictConfig) -> None:
     files = [f for key, f in _local_data_files(config) if key == "train_files" and f.endswith(".parquet")]
     if not batch or not files:
         return
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    try:
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    except (OSError, pa.ArrowInvalid):
+        return  # not a readable parquet file: verl's loader says what is wrong with it
     if rows < batch:
         raise ValueError(
             f"data.train_files hold {rows} rows ({', '.join(files)}), fewer than data.train_batch_size={batch}: "
