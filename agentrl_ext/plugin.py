@@ -14,7 +14,7 @@ so that a broken import surfaces, with its traceback, in the process that needs 
 - ``task_norm_grpo`` estimator: a thin function that imports the estimator on first call;
 - ``agentrl_sync`` and ``agentrl_async`` trainer modes: verl's registry wants the class itself, so
   they are imported here;
-- pre-Ray checks: verl's ``main_ppo`` runs :func:`agentrl_ext.trainer.main.preflight` (config
+- pre-Ray checks: verl's ``main_ppo`` runs :func:`agentrl_ext.trainer.prepare.before_verl_main` (config
   checks, CPU changes) on its composed config right before ``ray.init``, as ``agentrl-train`` does.
 """
 
@@ -82,12 +82,12 @@ def _async_trainer_mode() -> None:
 def _pre_ray_checks() -> None:
     from agentrl_ext.verl_compat import run_before_verl_config_validation
 
-    def preflight(config: Any) -> None:
-        from agentrl_ext.trainer.main import preflight as agentrl_preflight
+    def before_verl_main(config: Any) -> None:
+        from agentrl_ext.trainer.prepare import before_verl_main as prepare_and_check
 
-        agentrl_preflight(config)
+        prepare_and_check(config)
 
-    run_before_verl_config_validation(preflight)
+    run_before_verl_config_validation(before_verl_main)
 
 
 _register("the CPU platform", _platform)

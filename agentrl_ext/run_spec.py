@@ -8,7 +8,7 @@ it, and no stage writes a value back into verl's config mid-run.
 
 Each key group checks its own values when it is built (``__post_init__`` in config.py); what spans
 groups is checked here (:func:`resolve_run_spec`); what ties ``agentrl`` to verl's own keys is
-checked by the entry point (``agentrl_ext.trainer.main.check_config``), which gets this spec.
+checked before verl starts (``agentrl_ext.trainer.checks.check_config``), which gets this spec.
 
 One explicit step hands the result to verl: verl's trainer and agent-loop workers are separate Ray
 processes that receive verl's config and nothing else, so the entry point writes the resolved

@@ -180,15 +180,22 @@ def count_cpu_slots_in_resource_check() -> None:
     ResourcePoolManager._check_resource_available = _check  # type: ignore[method-assign]
 
 
-def run_verl_main(config: Any) -> None:
+def run_verl_main(config: Any, pre_validation_hooks: bool = True) -> None:
     """Run verl's ``main_ppo.main`` body on an already-composed config (no copy of it):
-    ``hydra.main`` keeps the undecorated function as ``__wrapped__``."""
+    ``hydra.main`` keeps the undecorated function as ``__wrapped__``. ``pre_validation_hooks=False``
+    runs it without the hooks of :func:`run_before_verl_config_validation` (the caller ran their
+    work itself)."""
     from verl.trainer import main_ppo
 
     body = getattr(main_ppo.main, "__wrapped__", None)
     if body is None:
         raise RuntimeError("verl.trainer.main_ppo.main is no longer a hydra.main wrapper; update verl_compat")
-    body(config)
+    global _pre_validation_hooks_on
+    previous, _pre_validation_hooks_on = _pre_validation_hooks_on, pre_validation_hooks
+    try:
+        body(config)
+    finally:
+        _pre_validation_hooks_on = previous
 
 
 def unpinned_fsdp2_offload() -> None:
@@ -385,6 +392,9 @@ def rollout_names() -> list[str]:
     return sorted(RolloutReplicaRegistry._registry)
 
 
+_pre_validation_hooks_on = True
+
+
 def run_before_verl_config_validation(hook: Callable[[Any], None]) -> None:
     """Run ``hook(config)`` at the start of ``verl.utils.config.validate_config``.
 
@@ -400,7 +410,7 @@ def run_before_verl_config_validation(hook: Callable[[Any], None]) -> None:
 
         @functools.wraps(original)
         def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
-            for fn in validate_config._agentrl_hooks:  # type: ignore[attr-defined]
+            for fn in validate_config._agentrl_hooks if _pre_validation_hooks_on else []:  # type: ignore[attr-defined]
                 fn(config)
             return original(config, *args, **kwargs)
 

@@ -191,3 +191,31 @@ def test_no_import_reaches_a_higher_floor_on_cpu():
         and FLOORS.get(_room(name), 0) > FLOORS[_room(_module_name(ROOT / path))]
     ]
     assert up == []
+
+
+def test_no_import_circles_on_cpu():
+    """No module of agentrl_ext or envs reaches back to itself through its imports (lazy ones too)."""
+    found = {**_imports(ROOT / "agentrl_ext"), **_imports(ROOT / "envs")}
+    modules = {_module_name(ROOT / path): names for path, names in found.items()}
+
+    def owner(
+        name: str,
+    ) -> str | None:  # the module an imported name lives in (``pkg.mod.func`` -> ``pkg.mod``)
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges = {m: {o for n in names if (o := owner(n)) and o != m} for m, names in modules.items()}
+    circles, done = [], set()
+    for start in sorted(edges):  # a depth-first walk from each module, reporting a path back to it
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(edges[node]):
+                if nxt == start and frozenset(path) not in done:
+                    done.add(frozenset(path))
+                    circles.append(" -> ".join([*path, start]))
+                elif nxt not in seen and nxt > start:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert circles == []

@@ -93,7 +93,7 @@ def test_the_job_writes_no_controller_url_into_verl_s_config_mid_run_on_cpu(tmp_
     """The launched stack must serve the URL the spec resolved; it is not written back after the
     launch (a stack elsewhere is an error naming both URLs)."""
     from agentrl_ext.env import launcher
-    from agentrl_ext.trainer import main as trainer_main
+    from agentrl_ext.trainer import assets, checks, prepare
     from agentrl_ext.trainer.job import run_job
 
     config = _config(tmp_path, envs={"launch": True, "tasks": ["guess"], "port": 5123})
@@ -108,7 +108,10 @@ def test_the_job_writes_no_controller_url_into_verl_s_config_mid_run_on_cpu(tmp_
         seen["agentrl"] = OmegaConf.to_container(rl_config.agentrl)
 
     monkeypatch.setattr(launcher, "launch_from_config", fake_stack)
-    monkeypatch.setattr(trainer_main, "preflight", lambda _config: None)
+    # the assets, platform and check steps are not what this test is about
+    monkeypatch.setattr(assets, "prepare_assets", lambda *_args: None)
+    monkeypatch.setattr(prepare, "platform_changes", lambda _config: None)
+    monkeypatch.setattr(checks, "check_run", lambda *_args: None)
     stack_api = "http://127.0.0.1:5123/api"
     run_job(config, record)
     assert seen["agentrl"]["agent_loop"]["controller_url"] == stack_api

@@ -38,10 +38,10 @@ from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
 from agentrl_ext.algos.task_context import BatchTurns
 from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig
-from agentrl_ext.rollout.agent_loop import AGENT_NAME
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
 from agentrl_ext.rollout.standalone_pool import StandalonePool, refresh_due
 from agentrl_ext.run_spec import RunSpec, run_spec
+from agentrl_ext.trainer.checks import AGENT_LOOP_NAME
 from agentrl_ext.trainer.reachability import check_controller_from_every_node
 from agentrl_ext.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
 
@@ -245,7 +245,7 @@ class AgentRLTrainerHooks(TrainerStepHooks):
         # agent-loop workers must reach the environment service
         spec = self.run_spec
         agent = self.config.actor_rollout_ref.rollout.get("agent", {}).get("default_agent_loop")
-        if spec.controller_url and agent == AGENT_NAME:
+        if spec.controller_url and agent == AGENT_LOOP_NAME:
             val_url = spec.agentrl.agent_loop.val_controller_url or ""
             check_controller_from_every_node([spec.controller_url, val_url])
         super().init()  # type: ignore[misc]  # verl's trainer, after this mixin

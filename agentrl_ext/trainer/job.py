@@ -7,6 +7,8 @@
    and held-out split (``<task>_<split>``), started here and stopped at the end, also on Ctrl-C;
 2. **RL data** (``agentrl.assets.build_env_data``): ``data.train_files`` from the controller's
    train indices with AgentRL's task mixing;
+   then the **assets** the recipe asks for (``agentrl.assets``: the tiny model, toy data), and
+   every check of the run (:mod:`agentrl_ext.trainer.checks`) before the first expensive stage;
 3. **SFT warm start** (``agentrl.sft.enable``): the tasks' experts play through the controller,
    verl's SFT trainer trains the model on their episodes, RL starts from the weights it saved;
 4. **held-out evaluation before RL** (``agentrl.eval.enable``);
@@ -69,7 +71,7 @@ def run_dir_of(config: DictConfig) -> Path:
 def _rl_tasks(config: DictConfig, agentrl: AgentRLConfig) -> list[str]:
     if agentrl.envs.tasks:
         return list(agentrl.envs.tasks)
-    from agentrl_ext.trainer.main import dataset_tasks
+    from agentrl_ext.trainer.checks import dataset_tasks
 
     return sorted(dataset_tasks(config))
 
@@ -184,7 +186,8 @@ def _held_out_stack(spec: RunSpec, tasks: list[str], run_dir: Path) -> Iterator[
 def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
     """Run the stages the config enables around ``run_rl(config)`` (verl's trainer)."""
     from agentrl_ext.env.launcher import launch_from_config
-    from agentrl_ext.trainer.main import EarlyCheckError, pin_spec, preflight
+    from agentrl_ext.trainer.checks import EarlyCheckError, check_run
+    from agentrl_ext.trainer.prepare import build_assets, pin_spec, platform_changes
 
     spec = pin_spec(config)  # before any stage writes below ${agentrl.cache_dir}
     agentrl = spec.agentrl
@@ -222,8 +225,11 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
                     )
                 except ValueError as exc:  # a held-out split: the message names the fix
                     raise EarlyCheckError(str(exc)) from exc
-        # every check before the first expensive stage (verl's own run skips it for this config)
-        preflight(config)
+        with _stage("assets", timings):  # the tiny model may take the tasks' expert episodes
+            build_assets(config, spec)
+        # every check before the first expensive stage (the RL stage runs them again, cheaply)
+        platform_changes(config)
+        check_run(config, spec)
         if agentrl.sft.enable:
             with _stage("SFT warm start", timings):
                 _warm_start(config, agentrl, controller_url, tasks, run_dir)

@@ -24,7 +24,8 @@ from agentrl_ext.models.tiny import TinyModelSpec
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
 from agentrl_ext.run_spec import resolve_run_spec
 from agentrl_ext.testing.vendored_data import vendored_data_dir
-from agentrl_ext.trainer.main import check_config, recipes_dir
+from agentrl_ext.trainer.checks import check_config
+from agentrl_ext.trainer.main import recipes_dir
 from envs.dbbench.task import DBBenchTask
 
 RECIPE = "agentbench"

@@ -9,7 +9,8 @@ from omegaconf import OmegaConf, open_dict
 
 from agentrl_ext.rollout.standalone_pool import standalone_rollout
 from agentrl_ext.run_spec import resolve_run_spec
-from agentrl_ext.trainer.main import check_algorithm, check_async_pipeline, recipes_dir
+from agentrl_ext.trainer.checks import check_algorithm, check_async_pipeline
+from agentrl_ext.trainer.main import recipes_dir
 
 
 def _check_algorithm(config):

@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 from agentrl_ext.config import AgentRLConfig
 from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
 from agentrl_ext.run_spec import resolve_run_spec
-from agentrl_ext.trainer.main import check_config, recipes_dir
+from agentrl_ext.trainer.checks import check_config
+from agentrl_ext.trainer.main import recipes_dir
 
 RECIPES = sorted(p.stem for p in Path(recipes_dir()).glob("*.yaml"))
 
@@ -59,6 +60,31 @@ def test_missing_data_file_is_named_on_cpu(tmp_path):
     )
     with pytest.raises(FileNotFoundError, match="data.train_files names .*x.parquet"):
         check_config(config, cuda=False)
+
+
+def test_a_training_set_smaller_than_one_batch_is_named_on_cpu(tmp_path):
+    import pandas as pd
+
+    rows = pd.DataFrame({"prompt": [[{"role": "user", "content": "hi"}]] * 3, "data_source": ["toy"] * 3})
+    rows.to_parquet(tmp_path / "train.parquet")
+    config = _compose(
+        "cpu_smoke",
+        [
+            f"actor_rollout_ref.model.path={tmp_path}",
+            f"data.train_files={tmp_path}/train.parquet",
+            f"data.val_files={tmp_path}/train.parquet",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        ],
+    )
+    with pytest.raises(
+        ValueError, match=r"hold 3 rows .* fewer than data.train_batch_size=4.*train_batch_size=3 or less"
+    ):
+        check_config(config, cuda=False)
+    config.data.train_batch_size = 3
+    config.actor_rollout_ref.actor.ppo_mini_batch_size = 3
+    check_config(config, cuda=False)  # one batch: verl trains
 
 
 def test_unknown_agentrl_key_is_named_on_cpu():
@@ -314,7 +340,7 @@ def _agentrl_config(tmp_path, url, tasks):
 
 def test_unreachable_controller_is_named_on_cpu(tmp_path):
     from agentrl_ext.testing.env_servers import free_port
-    from agentrl_ext.trainer.main import check_environment
+    from agentrl_ext.trainer.checks import check_environment
 
     url = f"http://127.0.0.1:{free_port()}/api"
     config = _agentrl_config(tmp_path, url, ["letters"])
@@ -324,7 +350,7 @@ def test_unreachable_controller_is_named_on_cpu(tmp_path):
 
 def test_task_without_worker_is_named_on_cpu(tmp_path):
     from agentrl_ext.testing.env_servers import env_servers
-    from agentrl_ext.trainer.main import check_environment
+    from agentrl_ext.trainer.checks import check_environment
 
     with env_servers(
         [("letters", "letters", "agentrl_ext.envs.letters.task:LettersTask")], tmp_path / "logs"
@@ -342,7 +368,7 @@ def test_non_agentrl_datasets_skip_the_environment_check_on_cpu(tmp_path):
     import pandas as pd
 
     from agentrl_ext.testing.env_servers import free_port
-    from agentrl_ext.trainer.main import check_environment, dataset_tasks
+    from agentrl_ext.trainer.checks import check_environment, dataset_tasks
 
     # nothing listens at this URL: contacting it raises ConnectionError (test_unreachable_controller_is_named_on_cpu)
     dead = f"agentrl.agent_loop.controller_url=http://127.0.0.1:{free_port()}/api"
@@ -388,7 +414,7 @@ def test_help_lists_recipes_keys_and_cpu_changes_on_cpu(tmp_path):
 def test_rows_without_sample_index_are_named_before_ray_on_cpu(tmp_path):
     import pandas as pd
 
-    from agentrl_ext.trainer.main import check_environment
+    from agentrl_ext.trainer.checks import check_environment
 
     data = tmp_path / "bad.parquet"
     pd.DataFrame(
@@ -418,7 +444,7 @@ def test_environment_check_waits_for_workers_to_rejoin_on_cpu(tmp_path):
     import httpx
 
     from agentrl_ext.testing.env_servers import EnvServers
-    from agentrl_ext.trainer.main import check_environment
+    from agentrl_ext.trainer.checks import check_environment
 
     with EnvServers(tmp_path / "logs") as servers:
         controller = servers.controller()

@@ -19,7 +19,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl_ext.config import AgentRLConfig
-from agentrl_ext.trainer.main import check_config, recipes_dir
+from agentrl_ext.trainer.checks import check_config
+from agentrl_ext.trainer.main import recipes_dir
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,6 @@ def test_the_job_writes_env_data_below_the_resolved_cache_dir_on_cpu(tmp_path, m
     from hydra import compose, initialize_config_dir
 
     from agentrl_ext.data import multitask
-    from agentrl_ext.trainer import main as trainer_main
     from agentrl_ext.trainer.job import run_job
     from agentrl_ext.trainer.main import recipes_dir
 
@@ -170,7 +169,7 @@ def test_the_job_writes_env_data_below_the_resolved_cache_dir_on_cpu(tmp_path, m
 
     monkeypatch.setattr(multitask, "fetch_indices", indices)
     monkeypatch.setattr(multitask, "fetch_splits", splits)
-    monkeypatch.setattr(trainer_main, "preflight", stop)  # the stage after the RL data
+    monkeypatch.setattr("agentrl_ext.trainer.assets.prepare_assets", stop)  # the stage after the RL data
     cache, work = tmp_path / "cache", tmp_path / "work"
     work.mkdir()
     monkeypatch.setenv("AGENTRL_CACHE_DIR", str(cache))

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from agentrl_ext.models.tiny import BUILD_RECORD
 from agentrl_ext.run_spec import resolve_run_spec
-from agentrl_ext.trainer.main import prepare_assets
+from agentrl_ext.trainer.assets import prepare_assets
 
 
 def _prepare(model: Path, cache_dir: Path | None = None, **assets) -> None:

@@ -20,7 +20,7 @@ from agentrl_ext.data.multitask import main as build_dataset
 from agentrl_ext.env.launcher import EnvStack, free_port
 from agentrl_ext.rollout.agent_loop import close_controller_clients, controller_client, validation_settings
 from agentrl_ext.run_spec import resolve_run_spec
-from agentrl_ext.trainer.main import check_environment
+from agentrl_ext.trainer.checks import check_environment
 
 
 @pytest.fixture(scope="module")

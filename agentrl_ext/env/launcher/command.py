@@ -1,0 +1,156 @@
+"""``agentrl-envs``: ``up`` starts the stack and holds it until Ctrl-C / SIGTERM; ``list`` prints
+the task catalogue."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from agentrl_ext import cli
+from agentrl_ext.env.launcher.processes import DEFAULT_PORT, LOOPBACK
+from agentrl_ext.env.launcher.stack import EnvStack
+from agentrl_ext.env.tasks import SPLITS, task_specs
+
+logger = logging.getLogger(__name__)
+
+
+class _Shutdown(BaseException):
+    """Raised in the main thread by SIGINT / SIGTERM."""
+
+
+def _parse_kwargs(values: list[str]) -> dict[str, dict[str, Any]]:
+    parsed: dict[str, dict[str, Any]] = {}
+    for value in values:
+        name, _, text = value.partition("=")
+        try:
+            kwargs = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--task-kwargs {value!r}: not TASK=JSON ({exc})") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"--task-kwargs {value!r}: the JSON must be an object")
+        parsed.setdefault(name, {}).update(kwargs)
+    return parsed
+
+
+def _parse_replicas(text: str) -> dict[str, int]:
+    """``alfworld=7,webshop=2`` -> ``{"alfworld": 7, "webshop": 2}``."""
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, count = item.partition("=")
+        if not count.strip().isdigit():
+            raise ValueError(f"--replicas {text!r}: {item!r} is not TASK=N (N a whole number >= 1)")
+        out[name.strip()] = int(count)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``agentrl-envs up|list``."""
+    defaults = cli.HelpFormatter
+    parser = cli.parser("agentrl-envs", __doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the known tasks", formatter_class=defaults)
+    up = commands.add_parser(
+        "up", help="start the controller and task workers; Ctrl-C stops them", formatter_class=defaults
+    )
+    cli.add_tasks(up, help=f"comma-separated, of: {','.join(task_specs())}")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="the controller's port")
+    up.add_argument(
+        "--host",
+        default=LOOPBACK,
+        help="the address the controller and the workers bind; beyond loopback --secret-file (or "
+        "$AGENTRL_ENV_WORKER_SECRET) is required",
+    )
+    up.add_argument(
+        "--advertise-host",
+        default=None,
+        help="the address the trainer's nodes and the workers reach the controller at (default: --host; "
+        "required with --host 0.0.0.0)",
+    )
+    up.add_argument(
+        "--secret-file", default=None, help="the worker secret, given to the controller and the workers"
+    )
+    up.add_argument(
+        "--replicas",
+        default="",
+        metavar="TASK=N[,TASK=N...]",
+        help="workers per task (default 1 each), e.g. alfworld=7,webshop=2",
+    )
+    up.add_argument("--docker", action="store_true", help="each worker in its own container")
+    up.add_argument(
+        "--split",
+        default="train",
+        choices=SPLITS,
+        help="the tasks' split: train for training data, test (held out) for evaluation",
+    )
+    up.add_argument(
+        "--task-kwargs",
+        action="append",
+        default=[],
+        metavar="TASK=JSON",
+        help='e.g. dbbench=\'{"backend": "sqlite"}\'',
+    )
+    up.add_argument("--log-dir", type=Path, default=None, help="process logs (none: a temporary folder)")
+    up.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for each worker")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health poll
+    if args.command == "list":
+        for name, row in task_specs().items():
+            print(
+                f"{name:<10} {row.task_class}  needs: {','.join(row.needs) or '-'}  splits: {row.splits or '-'}"
+                f"  expert: {row.expert or '-'}"
+            )
+        return 0
+    try:
+        stack = EnvStack(
+            tasks=cli.tasks_of(args.tasks),
+            port=args.port,
+            docker=args.docker,
+            split=args.split,
+            kwargs=_parse_kwargs(args.task_kwargs),
+            log_dir=args.log_dir,
+            ready_timeout_s=args.ready_timeout,
+            die_with_parent=threading.current_thread() is threading.main_thread(),
+            host=args.host,
+            advertise_host=args.advertise_host,
+            secret_file=args.secret_file,
+            replicas=_parse_replicas(args.replicas),
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+
+    def shutdown(signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not break the clean-up
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Shutdown(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, shutdown)
+    signal.signal(signal.SIGTERM, shutdown)
+    code = 0
+    try:
+        with stack:
+            print(stack.describe(), flush=True)
+            if stack.split != "train":
+                print(
+                    f"agentrl-envs: serving the held-out {stack.split} split, for evaluation; "
+                    "agentrl-build-dataset refuses to build a training set from it (--allow-held-out overrides)",
+                    flush=True,
+                )
+            print(f"agentrl-envs: ready ({', '.join(stack.tasks)}); Ctrl-C stops everything", flush=True)
+            while not (dead := stack.dead()):
+                time.sleep(0.5)
+            logger.error(
+                "stopped on its own: %s; stopping the rest (logs in %s)", ", ".join(dead), stack.log_dir
+            )
+            code = 1
+    except _Shutdown as reason:
+        logger.info("%s: stopped everything", reason)
+    except (RuntimeError, TimeoutError) as exc:
+        logger.error("%s", exc)
+        code = 1
+    return code

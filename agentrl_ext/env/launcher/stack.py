@@ -1,0 +1,382 @@
+"""``agentrl-envs up``: the environment stack (controller, task workers, the servers they need) in one command.
+
+    agentrl-envs up --tasks dbbench,kg,guess                # local worker processes
+    agentrl-envs up --tasks dbbench,kg --docker --port 5020 # each worker in its own container
+    agentrl-envs up --tasks alfworld,webshop --replicas alfworld=7,webshop=2 \
+        --host 0.0.0.0 --advertise-host HEAD_IP --secret-file secret.txt  # for a multi-node trainer
+    agentrl-envs list                                       # the known tasks
+
+``up`` starts what the tasks need (the MariaDB server of ``scripts/mariadb.sh`` for dbbench
+unless it runs on SQLite, the private Docker engine of ``scripts/dockerd.sh`` for ``--docker``
+and for tasks with per-session containers), the controller on ``HOST:PORT`` (127.0.0.1 unless
+``--host``), ``--replicas`` workers per task (default one; a local process, or with ``--docker`` a container of the task's image built by
+``scripts/build_task_image.sh``), waits until every worker is healthy and routable, prints
+where everything listens, and on Ctrl-C / SIGTERM stops all of it, last started first, leaving
+no process or container behind (and the servers it started itself, not those it found running).
+
+The tasks it can start are the task catalogue's (:mod:`agentrl_ext.env.tasks`). The process
+helpers here (:class:`ServerProcess`, :func:`wait_routable`, ...) are also what the tests start
+their servers with (:mod:`agentrl_ext.testing.env_servers`). ``agentrl-train`` starts the same
+stack from the recipe with :func:`launch_from_config` (``agentrl.envs.launch=true``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentrl_ext.env.launcher.containers import ContainerWorkers, _remove_worker_container
+from agentrl_ext.env.launcher.processes import (
+    DEFAULT_PORT,
+    LOOPBACK,
+    SCRIPTS,
+    WILDCARD_HOSTS,
+    ServerProcess,
+    _script,
+    _url_host,
+    controller_argv,
+    free_port,
+    list_workers,
+    listening,
+    wait_until,
+    worker_argv,
+)
+from agentrl_ext.env.protocol import API_PREFIX
+from agentrl_ext.env.tasks import task_spec, task_specs
+
+logger = logging.getLogger(__name__)
+
+
+def wants_mariadb(name: str, kwargs: dict[str, Any]) -> bool:
+    """Whether the task runs on the MariaDB server (needs it, and no SQLite backend was asked for)."""
+    return (
+        "mariadb" in task_spec(name).needs
+        and kwargs.get("backend") != "sqlite"
+        and not kwargs.get("mariadb_url")
+    )
+
+
+@dataclass
+class EnvStack(ContainerWorkers):
+    """The controller, one worker per task and the servers they need; a context manager.
+
+    Args:
+        tasks: names in the task catalogue (:func:`~agentrl_ext.env.tasks.task_specs`).
+        port: the controller's port.
+        host: the address the controller and the workers bind (default 127.0.0.1); beyond
+            loopback a worker secret is required (``secret_file`` or ``$AGENTRL_ENV_WORKER_SECRET``).
+        advertise_host: the address the workers and the trainer's nodes reach them at (default
+            ``host``; required when ``host`` is a wildcard such as 0.0.0.0).
+        secret_file: the worker secret's file, given to the controller and to every worker.
+        replicas: workers per task (default 1), e.g. ``{"alfworld": 7}``.
+        docker: each worker in its own container (``agentrl-<task>:latest``, built when missing).
+        split: ``train`` or ``test``: the table's kwargs for that split.
+        kwargs: per-task kwargs on top of the table's, e.g. ``{"dbbench": {"backend": "sqlite"}}``.
+        log_dir: where each process writes its log (default: a new temporary folder).
+        ready_timeout_s: how long to wait for each worker to be healthy.
+        heartbeat_interval: the workers' heartbeat interval (None: the SDK's).
+        die_with_parent: workers and controller die with this process's main thread (CLI use).
+    """
+
+    tasks: Sequence[str]
+    port: int = DEFAULT_PORT
+    docker: bool = False
+    split: str = "train"
+    kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    log_dir: Path | None = None
+    ready_timeout_s: float = 180.0
+    heartbeat_interval: float | None = None
+    die_with_parent: bool = False
+    host: str = LOOPBACK
+    advertise_host: str | None = None
+    secret_file: str | None = None
+    replicas: dict[str, int] = field(default_factory=dict)
+    controller: ServerProcess | None = field(default=None, init=False)
+    workers: dict[str, ServerProcess] = field(default_factory=dict, init=False)
+    containers: dict[str, Any] = field(default_factory=dict, init=False)
+    services: dict[str, str] = field(default_factory=dict, init=False)
+    """Servers in use: ``mariadb`` -> its URL, ``dockerd`` -> DOCKER_HOST."""
+    started_services: list[str] = field(default_factory=list, init=False)
+    _client: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.tasks = list(self.tasks)
+        if not self.tasks:
+            raise ValueError(f"no task to start; known tasks: {', '.join(task_specs())}")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ValueError(f"tasks {self.tasks} name a task twice")
+        for name in [*self.tasks, *self.kwargs]:
+            task_spec(name)
+        extra = sorted(set(self.kwargs) - set(self.tasks))
+        if extra:
+            raise ValueError(f"task kwargs given for {extra}, which are not started (tasks: {self.tasks})")
+        self.task_kwargs = {
+            name: task_spec(name).kwargs_for(self.split, self.kwargs.get(name)) for name in self.tasks
+        }
+        self.replicas = {name: int(self.replicas.get(name, 1)) for name in self.tasks} | {
+            name: int(n) for name, n in self.replicas.items()
+        }
+        extra = sorted(set(self.replicas) - set(self.tasks))
+        bad = {name: n for name, n in self.replicas.items() if n < 1}
+        if extra or bad:
+            raise ValueError(
+                f"replicas {dict(self.replicas)}: every count must be >= 1 and name a started task ({self.tasks})"
+            )
+        if self.advertise_host is None:
+            if self.host in WILDCARD_HOSTS:
+                raise ValueError(
+                    f"host {self.host} binds every address; give the address the trainer's nodes and the "
+                    "workers reach the controller at (agentrl-envs up --advertise-host ADDRESS, "
+                    "agentrl.envs.advertise_host=ADDRESS)"
+                )
+            self.advertise_host = self.host
+        from agentrl_ext.env.auth import WORKER_SECRET_ENV, load_secret, require_secret_beyond_loopback
+
+        # the controller and the workers refuse to start without it; say so before starting anything
+        require_secret_beyond_loopback(
+            self.host,
+            load_secret(self.secret_file, WORKER_SECRET_ENV),
+            "agentrl-envs up",
+            "--secret-file (agentrl.envs.secret_file)",
+            WORKER_SECRET_ENV,
+        )
+        if self.docker:
+            missing = [n for n in self.tasks if not (SCRIPTS.parent / "envs" / n / "Dockerfile").is_file()]
+            if missing:
+                raise ValueError(
+                    f"--docker runs each worker in its task's image, but {missing} have no envs/<task>/Dockerfile; "
+                    "start them without --docker"
+                )
+
+    def served_name(self, name: str) -> str:
+        """The name the worker of ``name`` registers under (a ``name`` kwarg renames it, e.g. ``kg_test``)."""
+        return str(self.task_kwargs[name].get("name", name))
+
+    @property
+    def api(self) -> str:
+        """The controller's API base as advertised, ``http://ADVERTISE_HOST:PORT/api``."""
+        return f"http://{_url_host(self.advertise_host or self.host)}:{self.port}{API_PREFIX}"
+
+    def worker_names(self, name: str) -> list[str]:
+        """The keys of task ``name``'s workers in :attr:`workers` / :attr:`containers`: ``name``,
+        then ``name#2``, ``name#3``... for its further replicas."""
+        return [name] + [f"{name}#{i}" for i in range(2, self.replicas.get(name, 1) + 1)]
+
+    def __enter__(self) -> EnvStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> EnvStack:
+        """Start everything and wait until every worker is healthy; on any failure stop what started."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        if listening(self.port, self.host):
+            # the new controller could not bind, and its readiness check would be answered by the
+            # process already there: the workers would join another run's controller
+            raise RuntimeError(
+                f"port {self.port} on {self.host} is in use (another agentrl-train or agentrl-envs up?); "
+                "stop it, or choose a free port (agentrl.envs.port=N, agentrl-envs up --port N)"
+            )
+        log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="agentrl-envs-"))
+        self.log_dir = log_dir
+        if any(wants_mariadb(n, self.task_kwargs[n]) for n in self.tasks):
+            self._service("mariadb", "mariadb.sh", "url")
+            for name in self.tasks:
+                if wants_mariadb(name, self.task_kwargs[name]):
+                    self.task_kwargs[name]["mariadb_url"] = self.services["mariadb"]
+        if self.docker or any("docker" in task_spec(n).needs for n in self.tasks):
+            self._service("dockerd", "dockerd.sh", "host")
+        secret = {"worker_secret_file": self.secret_file} if self.secret_file else {}
+        self.controller = ServerProcess(
+            "controller",
+            controller_argv(self.port, self.host, **secret),
+            self.port,
+            log_dir / "controller.log",
+            die_with_parent=self.die_with_parent,
+            new_session=self.die_with_parent,
+            host=str(self.advertise_host),
+        )
+        self.controller.start().wait_ready(60)
+        for name in self.tasks:
+            for key in self.worker_names(name):
+                if self.docker:
+                    self._start_container(name, key)
+                else:
+                    self._start_worker(name, log_dir, key)
+        for name in self.tasks:
+            for key in self.worker_names(name):
+                if key in self.workers:
+                    self.workers[key].wait_ready(self.ready_timeout_s)
+            self._wait_healthy(name)
+
+    def _service(self, name: str, script: str, address_command: str) -> None:
+        env = {**os.environ}
+        if _script(script, "status", env=env).returncode != 0:
+            if name == "mariadb":
+                _script(script, "install", env=env)
+            result = _script(script, "start", env=env)
+            if result.returncode != 0:
+                raise RuntimeError(f"scripts/{script} start failed:\n{result.stdout}{result.stderr}")
+            self.started_services.append(name)
+        self.services[name] = _script(script, address_command, env=env).stdout.strip()
+        logger.info(
+            "%s: %s%s", name, self.services[name], " (started)" if name in self.started_services else ""
+        )
+
+    def _worker_address(self, port: int) -> dict[str, Any]:
+        """The bind address, advertised URL and secret of a worker on ``port`` (worker_argv's)."""
+        return {
+            "host": self.host,
+            "self_address": f"http://{_url_host(str(self.advertise_host))}:{port}{API_PREFIX}",
+            "secret_file": self.secret_file,
+        }
+
+    def _start_worker(self, name: str, log_dir: Path, key: str | None = None) -> None:
+        key = key or name
+        port = free_port()
+        argv = worker_argv(
+            task_spec(name).task_class,
+            port,
+            self.api,
+            self.task_kwargs[name],
+            heartbeat_interval=self.heartbeat_interval,
+            **self._worker_address(port),
+        )
+        env = {"DOCKER_HOST": self.services["dockerd"]} if "dockerd" in self.services else {}
+        worker = ServerProcess(
+            key,
+            argv,
+            port,
+            log_dir / f"worker-{key.replace('#', '-')}.log",
+            env=env,
+            die_with_parent=self.die_with_parent,
+            new_session=self.die_with_parent,
+            host=str(self.advertise_host),
+        )
+        self.workers[key] = worker.start()
+
+    def _wait_healthy(self, name: str) -> None:
+        count = len(self.worker_names(name))
+
+        def ready() -> bool:
+            for key in self.worker_names(name):
+                container = self.containers.get(key)
+                if container is not None:
+                    container.reload()
+                    if container.status in ("exited", "dead"):
+                        logs = container.logs(tail=40).decode(errors="replace")
+                        raise RuntimeError(f"the {key} worker container exited; log:\n{logs}")
+                worker = self.workers.get(key)
+                if worker is not None and not worker.alive:
+                    raise RuntimeError(f"the {key} worker exited; log:\n{worker.log_tail()}")
+            try:
+                workers = list_workers(self._local_api).get(self.served_name(name), [])
+            except httpx.HTTPError:
+                return False
+            return sum(bool(w["healthy"] and w["routable"]) for w in workers) >= count
+
+        what = f"{count} healthy, routable {self.served_name(name)} worker(s)"
+        wait_until(ready, self.ready_timeout_s, 0.2, what=what)
+
+    @property
+    def _local_api(self) -> str:
+        """The controller's API as this host reaches it (the bind address; loopback for a wildcard)."""
+        host = LOOPBACK if self.host in WILDCARD_HOSTS else self.host
+        return f"http://{_url_host(host)}:{self.port}{API_PREFIX}"
+
+    def dead(self) -> list[str]:
+        """Names of the parts that stopped on their own (the controller, workers, containers)."""
+        gone = [n for n, w in self.workers.items() if not w.alive]
+        if self.controller is not None and not self.controller.alive:
+            gone.append("controller")
+        for name, container in self.containers.items():
+            try:
+                container.reload()
+                if container.status in ("exited", "dead"):
+                    gone.append(name)
+            except Exception:  # noqa: BLE001 - the engine itself is gone
+                gone.append(name)
+        return gone
+
+    def stop(self) -> None:
+        """Stop what was started, last first: workers, containers, controller, then our own servers."""
+        for worker in reversed(list(self.workers.values())):
+            worker.stop()
+        for name, container in reversed(list(self.containers.items())):
+            try:
+                container.stop(timeout=10)
+                _remove_worker_container(self._docker(), container)
+            except Exception as exc:  # noqa: BLE001 - keep stopping the rest
+                logger.warning("could not remove the %s container: %s", name, exc)
+        self.containers.clear()
+        if self.docker and "dockerd" in self.services:
+            self._remove_own_containers()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.controller is not None:
+            self.controller.stop()
+        for service in reversed(self.started_services):
+            script = "mariadb.sh" if service == "mariadb" else "dockerd.sh"
+            _script(script, "stop")
+        self.started_services.clear()
+
+    def describe(self) -> str:
+        """Where everything listens, one line each."""
+        lines = [f"controller  {self.api}" + (f"  (pid {self.controller.pid})" if self.controller else "")]
+        for name in self.tasks:
+            for key in self.worker_names(name):
+                if key in self.workers:
+                    worker = self.workers[key]
+                    lines.append(f"worker {key:<10} {worker.api}  (pid {worker.pid}, log {worker.log_path})")
+                elif key in self.containers:
+                    lines.append(f"worker {key:<10} container {self.containers[key].name} (network host)")
+        for service, address in self.services.items():
+            started = "started here" if service in self.started_services else "already running"
+            lines.append(f"{service:<11} {address}  ({started})")
+        return "\n".join(lines)
+
+
+@contextmanager
+def launch_from_config(config: Any) -> Iterator[EnvStack | None]:
+    """The stack of ``agentrl.envs`` for ``agentrl-train``: started on entry, stopped on exit.
+
+    ``config``: the typed ``AgentRLConfig`` (or its ``envs`` node, an ``EnvsConfig``). Yields
+    None when ``envs.launch`` is false; else the running :class:`EnvStack` (``stack.api`` is the
+    controller URL for ``agentrl.agent_loop.controller_url``).
+    """
+    envs = getattr(config, "envs", config)
+    if not envs.launch:
+        yield None
+        return
+    stack = EnvStack(
+        tasks=list(envs.tasks or []),
+        port=envs.port,
+        docker=envs.docker,
+        split=envs.split,
+        kwargs={name: dict(values) for name, values in dict(envs.task_kwargs or {}).items()},
+        ready_timeout_s=envs.ready_timeout_s,
+        host=envs.host,
+        advertise_host=envs.advertise_host,
+        secret_file=envs.secret_file,
+        replicas=dict(envs.replicas or {}),
+    )
+    with stack:
+        yield stack
