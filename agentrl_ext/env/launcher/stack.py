@@ -1,23 +1,9 @@
-"""``agentrl-envs up``: the environment stack (controller, task workers, the servers they need) in one command.
-
-    agentrl-envs up --tasks dbbench,kg,guess                # local worker processes
-    agentrl-envs up --tasks dbbench,kg --docker --port 5020 # each worker in its own container
-    agentrl-envs up --tasks alfworld,webshop --replicas alfworld=7,webshop=2 \
-        --host 0.0.0.0 --advertise-host HEAD_IP --secret-file secret.txt  # for a multi-node trainer
-    agentrl-envs list                                       # the known tasks
-
-``up`` starts what the tasks need (the MariaDB server of ``scripts/mariadb.sh`` for dbbench
-unless it runs on SQLite, the private Docker engine of ``scripts/dockerd.sh`` for ``--docker``
-and for tasks with per-session containers), the controller on ``HOST:PORT`` (127.0.0.1 unless
-``--host``), ``--replicas`` workers per task (default one; a local process, or with ``--docker`` a container of the task's image built by
-``scripts/build_task_image.sh``), waits until every worker is healthy and routable, prints
-where everything listens, and on Ctrl-C / SIGTERM stops all of it, last started first, leaving
-no process or container behind (and the servers it started itself, not those it found running).
-
-The tasks it can start are the task catalogue's (:mod:`agentrl_ext.env.tasks`). The process
-helpers here (:class:`ServerProcess`, :func:`wait_routable`, ...) are also what the tests start
-their servers with (:mod:`agentrl_ext.testing.env_servers`). ``agentrl-train`` starts the same
-stack from the recipe with :func:`launch_from_config` (``agentrl.envs.launch=true``).
+"""The environment stack: :class:`EnvStack` starts what its tasks need (MariaDB for dbbench unless
+it runs on SQLite, the private Docker engine for ``docker`` and for tasks with per-session
+containers), the controller, and each task's workers (local processes, or containers with
+``docker``: :mod:`.containers`); waits until every worker is healthy and routable; stops all of
+it, last started first, the servers it started itself and not those it found running.
+:func:`launch_from_config` is the same stack from a recipe (``agentrl.envs.launch=true``).
 """
 
 from __future__ import annotations
