@@ -137,9 +137,10 @@ class AgentLoopConfig(Freezable):
     #: the trainer stops with an error after this many batches in a row in which every episode
     #: failed (controller or workers gone: there is nothing to train on, and the update is a no-op)
     max_failed_batches: int = 3
-    #: the trainer stops with an error when more than this share of a batch's episodes failed to
-    #: reach the environment service (failure kind env_transport): a node that cannot reach the
-    #: controller, a fleet too small for the batch; 1.0 turns it off
+    #: the trainer stops with an error when more than this share of a batch's episodes could not
+    #: reach the environment service (env_transport with no answer from the controller, or its
+    #: credentials refused: a node that cannot reach it); a worker dying behind a reachable
+    #: controller is not counted; 1.0 turns it off
     max_transport_failure_share: float = 0.2
 
     def __post_init__(self) -> None:

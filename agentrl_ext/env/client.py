@@ -33,6 +33,7 @@ import pydantic_core
 from agentrl_ext.cli import DEFAULT_CONTROLLER_URL
 from agentrl_ext.env.auth import CLIENT_SECRET_ENV, bearer, load_secret
 from agentrl_ext.env.protocol import (
+    CAPACITY_HEADER,
     SESSION_ID_HEADER,
     CancelResponse,
     InteractResponse,
@@ -66,10 +67,13 @@ ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 class ControllerError(Exception):
     """The controller answered with an error status (``status``) and a reason (``detail``)."""
 
-    def __init__(self, method: str, url: str, status: int, detail: str) -> None:
+    def __init__(
+        self, method: str, url: str, status: int, detail: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(f"{method} {url} -> HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+        self.headers = {k.lower(): v for k, v in (headers or {}).items()}
 
 
 class ControllerUnavailable(Exception):
@@ -263,7 +267,9 @@ class ControllerClient:
                     payload = await response.read()
                     if response.status == 200:
                         return payload, dict(response.headers)
-                    error = ControllerError(method, url, response.status, error_detail(payload))
+                    error = ControllerError(
+                        method, url, response.status, error_detail(payload), dict(response.headers)
+                    )
                     if response.status not in retry_statuses:
                         raise error
                     retry_after = _seconds(response.headers.get("retry-after"))
@@ -296,8 +302,10 @@ class ControllerClient:
     ) -> StartedSample:
         """Start a session of task ``name`` at ``index`` (``-1`` with ``custom_task`` for a custom one).
 
-        While the controller answers 503 (no free worker slot) the start waits, asking again as its
-        ``Retry-After`` says, for up to ``capacity_wait_s``; then the 503 is raised."""
+        While the controller answers 503 because every healthy worker is at capacity
+        (``x-agentrl-capacity: full``) the start waits, asking again as its ``Retry-After`` says, for
+        up to ``capacity_wait_s``; then the 503 is raised. Other 503s (no healthy worker, workers
+        rejoining) are retried only as long as the retry policy allows."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         waits: list[float] = []
@@ -316,8 +324,9 @@ class ControllerClient:
                 break
             except ControllerError as exc:
                 elapsed = loop.time() - started
-                if exc.status != 503 or elapsed >= self.capacity_wait_s:
-                    raise
+                full = exc.status == 503 and exc.headers.get(CAPACITY_HEADER) == "full"
+                if not full or elapsed >= self.capacity_wait_s:
+                    raise  # a task without a healthy worker is not a capacity wait
                 # the retry policy's deadline passed, the capacity wait has not: keep asking
                 wait = min(self.capacity_wait_s - elapsed, max(1.0, self.retry.max_backoff_s))
                 logger.info(

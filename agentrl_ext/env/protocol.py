@@ -74,6 +74,9 @@ API_PREFIX = "/api"
 """Every endpoint of the controller and of a task worker lives under this path."""
 CUSTOM_TASK_INDEX = -1
 SESSION_ID_HEADER = "session_id"
+#: on a 503 of start_sample: "full" when every healthy worker of the task is at capacity (a slot
+#: frees as sessions end: worth waiting for), absent when the task has no healthy worker
+CAPACITY_HEADER = "x-agentrl-capacity"
 HEARTBEAT_INTERVAL_S = 8.0
 """How often task workers send ``receive_heartbeat`` (AgentRL's workers and ours, by default)."""
 

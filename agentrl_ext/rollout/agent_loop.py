@@ -42,7 +42,7 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agentrl_ext.config import AgentLoopConfig
-from agentrl_ext.env.client import ControllerClient, RetryPolicy
+from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable, RetryPolicy
 from agentrl_ext.env.protocol import SampleStatus, decode_sample_index
 from agentrl_ext.rollout.episode import (
     ENV_FAILURE_STATUSES,
@@ -292,6 +292,19 @@ class TokenActor:
         return message
 
 
+def could_not_reach_controller(exc: BaseException | None) -> bool:
+    """Whether an episode failed because this process could not use the controller at all: no
+    answer after every retry, or its credentials refused (401/403). A controller that answers for
+    a worker that died or is full (5xx) is the environment failing, not this node's reach."""
+    while exc is not None:  # the driver's EpisodeFailed carries the client's error as its cause
+        if isinstance(exc, ControllerUnavailable):
+            return True
+        if isinstance(exc, ControllerError):
+            return exc.status in (401, 403)
+        exc = exc.__cause__
+    return False
+
+
 def tool_parser(tool_format: str, tokenizer: Any) -> Any:
     """verl's tool parser of ``tool_format``, or None for hermes (parsed here, keeping malformed calls)."""
     if tool_format == "hermes":
@@ -433,6 +446,7 @@ class AgentRLAgentLoop(AgentLoopBase):
             failure_kind=episode.failure_kind.value if episode.failure_kind else None,
             error=episode.error,
             env_metrics={},
+            unreachable=could_not_reach_controller(episode.exception),
         )
         extra["reward_extra_info"]["failed"] = 1.0
         return AgentLoopOutput(

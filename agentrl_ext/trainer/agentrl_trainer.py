@@ -86,6 +86,8 @@ def episode_metrics(
         metrics["agentrl/env/start_waited"] = float(sum(w > 0 for w in waits))
         metrics["agentrl/env/start_wait_s_mean"] = float(np.mean(waits))
         metrics["agentrl/env/start_wait_s_max"] = float(np.max(waits))
+    # episodes that could not use the controller at all (no answer, credentials refused)
+    metrics["agentrl/env/unreachable_episodes"] = float(sum(bool(x.get("unreachable")) for x in infos))
     for kind in sorted({str(x["failure_kind"]) for x in infos if x.get("failure_kind")}):
         metrics[f"agentrl/env/failure_kind/{kind}"] = float(sum(x.get("failure_kind") == kind for x in infos))
     metrics["agentrl/rollout/aborted_generations"] = float(
@@ -118,7 +120,9 @@ def episode_metrics(
 class FailedBatches:
     """Counts batches in a row in which every episode failed; raises at ``limit`` with the reasons.
     Also raises at once when more than ``max_transport_share`` of a batch's episodes could not
-    reach the environment service (``env_transport``).
+    reach the environment service (``env_transport`` with no answer from the controller or its
+    credentials refused; a worker that died behind a reachable controller is the environment
+    failing, which the rest of the batch trains through).
 
     verl would go on training such batches (every sample masked: a NaN loss and no update), so a
     run whose controller or workers are gone would otherwise "finish" its steps without learning;
@@ -136,16 +140,15 @@ class FailedBatches:
 
     def observe(self, metrics: dict[str, float], episodes: int) -> None:
         """``metrics``: :func:`episode_metrics` of a batch of ``episodes`` episodes."""
-        transport = metrics.get("agentrl/env/failure_kind/env_transport", 0.0)
+        transport = metrics.get("agentrl/env/unreachable_episodes", 0.0)
         if episodes and self.max_transport_share < 1.0 and transport / episodes > self.max_transport_share:
             raise RuntimeError(
                 f"{int(transport)} of {episodes} episodes of this batch could not reach the environment service "
-                f"at {self.controller_url or 'agentrl.agent_loop.controller_url'} (env_transport: "
-                f"{transport / episodes:.0%} > agentrl.agent_loop.max_transport_failure_share="
+                f"at {self.controller_url or 'agentrl.agent_loop.controller_url'}: no answer, or credentials "
+                f"refused (env_transport: {transport / episodes:.0%} > agentrl.agent_loop.max_transport_failure_share="
                 f"{self.max_transport_share:g}). Check that every node reaches the controller (a routable "
-                "address, not 127.0.0.1, with the client secret), that its workers are up, and that the "
-                "fleet has room for a step's episodes (agentrl.envs.replicas; agentrl.agent_loop."
-                "env_capacity_wait_s); the agent-loop workers' logs name each failure"
+                "address, not 127.0.0.1, with the client secret) and that it is up; the agent-loop workers' "
+                "logs name each failure"
             )
         if episodes == 0 or metrics.get("agentrl/env/failed_episodes", 0.0) < episodes:
             self.in_a_row = 0

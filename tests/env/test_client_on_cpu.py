@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from aiohttp import web
@@ -90,6 +91,29 @@ async def test_a_start_waits_for_a_free_slot_beyond_the_retry_deadline_and_says_
         with pytest.raises(ControllerError) as full:
             await client.start_sample("probe", "forever")
         assert full.value.status == 503 and "at capacity" in full.value.detail
+
+
+async def test_a_task_without_a_healthy_worker_is_no_capacity_wait(servers: EnvServers, caplog):
+    """Only "every worker at capacity" is worth waiting for: a task whose worker stopped (no
+    heartbeats) fails once the retry policy gives up, not after capacity_wait_s."""
+    controller = servers.controller(heartbeat_timeout=1.0)
+    worker = servers.worker(controller, PROBE_TASK, heartbeat_interval=0.3)
+    wait_routable(controller, "probe")
+    worker.pause()  # alive, registered, silent: unhealthy after the heartbeat timeout
+    try:
+        await asyncio.sleep(2.0)
+        brief = RetryPolicy(deadline_s=0.5, initial_backoff_s=0.05, max_backoff_s=0.1)
+        async with ControllerClient(controller.api, retry=brief, capacity_wait_s=600) as client:
+            with (
+                caplog.at_level(logging.INFO, logger="agentrl_ext.env.client"),
+                pytest.raises(ControllerError) as gone,
+            ):
+                await client.start_sample("probe", "echo")
+    finally:
+        worker.resume()
+    assert gone.value.status == 503 and "no healthy worker" in gone.value.detail
+    assert "x-agentrl-capacity" not in gone.value.headers
+    assert not [r for r in caplog.records if "no free worker" in r.getMessage()]  # never a capacity wait
 
 
 async def test_503_retry_after_is_honoured():

@@ -432,6 +432,24 @@ def test_interact_transport_failure_drops_sample_and_cancels_on_cpu(tokenizer, m
     assert controller.cancelled == [SESSION]
 
 
+@pytest.mark.parametrize(
+    ("error", "unreachable"),
+    [
+        (ControllerUnavailable("no answer from http://127.0.0.1:1/api"), True),
+        (ControllerError("POST", "http://127.0.0.1:1/api/interact", 401, "bad client secret"), True),
+        (ControllerError("POST", "http://127.0.0.1:1/api/interact", 502, "worker 127.0.0.1:9 gone"), False),
+    ],
+)
+def test_a_dropped_episode_says_whether_the_controller_could_be_reached_on_cpu(
+    tokenizer, monkeypatch, error, unreachable
+):
+    """The trainer's transport threshold counts only episodes that could not use the controller."""
+    controller = FakeController([tool_reply("a b c"), error])
+    out = _run(_loop(tokenizer, ScriptedModel(tokenizer, [CALL_LS, CALL_WC])), controller, monkeypatch)
+    assert out.extra_fields["agentrl"]["failure_kind"] == "env_transport"
+    assert out.extra_fields["agentrl"]["unreachable"] is unreachable
+
+
 def test_start_sample_failure_drops_sample_on_cpu(tokenizer, monkeypatch):
     error = ControllerError("POST", "http://127.0.0.1:1/api/start_sample", 503, "no healthy worker for os")
     controller = FakeController([], start_error=error)

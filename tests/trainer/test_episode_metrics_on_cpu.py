@@ -107,12 +107,23 @@ def test_a_batch_whose_share_of_transport_failures_passes_the_threshold_stops_at
     the other half trains; above agentrl.agent_loop.max_transport_failure_share the run stops."""
     from agentrl_ext.trainer.agentrl_trainer import FailedBatches
 
-    def batch(transport: int, status_failures: int = 0, total: int = 10) -> dict:
+    def batch(transport: int, status_failures: int = 0, total: int = 10, worker_gone: int = 0) -> dict:
+        unreachable = {
+            "failed": True,
+            "status": "task error",
+            "failure_kind": "env_transport",
+            "unreachable": True,
+        }
+        # the controller answered (502: its worker died): the environment failing, not the node's reach
+        gone = {"failed": True, "status": "task error", "failure_kind": "env_transport", "unreachable": False}
+        status = {"failed": True, "status": "task error", "failure_kind": "env_status"}
         extras = [
-            {"agentrl": {"failed": True, "status": "task error", "failure_kind": "env_transport"}}
+            {"agentrl": unreachable}
             if i < transport
-            else {"agentrl": {"failed": True, "status": "task error", "failure_kind": "env_status"}}
+            else {"agentrl": status}
             if i < transport + status_failures
+            else {"agentrl": gone}
+            if i < transport + status_failures + worker_gone
             else _extra(True)
             for i in range(total)
         ]
@@ -121,6 +132,7 @@ def test_a_batch_whose_share_of_transport_failures_passes_the_threshold_stops_at
     guard = FailedBatches(limit=3, controller_url="http://127.0.0.1:5020/api", max_transport_share=0.2)
     guard.observe(batch(2), 10)  # 20%: at the threshold, not above
     guard.observe(batch(1, status_failures=5), 10)  # environment statuses are not transport failures
+    guard.observe(batch(1, worker_gone=5), 10)  # nor a worker that died behind a reachable controller
     with pytest.raises(
         RuntimeError,
         match=r"5 of 10 episodes .* \(env_transport: 50% > agentrl.agent_loop.max_transport_failure_share=0.2\).*routable",

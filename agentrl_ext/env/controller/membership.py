@@ -14,6 +14,7 @@ from agentrl_ext.env.controller.metrics import ControllerMetrics
 from agentrl_ext.env.controller.registry import WorkerRecord, WorkerRegistry, normalize_address
 from agentrl_ext.env.controller.upstream import WorkerConnections, WorkerUnreachable
 from agentrl_ext.env.protocol import (
+    CAPACITY_HEADER,
     HEARTBEAT_INTERVAL_S,
     HeartbeatRequest,
     SampleIndex,
@@ -265,7 +266,7 @@ class WorkerMembership:
             503,
             f"all {len(healthy)} workers of task {name!r} are at capacity ({used}/{capacity} sessions"
             f"{', some answered 406 (full)' if tried else ''}); retry later or add workers",
-            {"retry-after": "1"},
+            {"retry-after": "1", CAPACITY_HEADER: "full"},
         )
 
     def check(self, now: float) -> None:
