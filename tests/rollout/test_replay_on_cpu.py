@@ -22,6 +22,7 @@ from agentrl_ext.env.protocol import SampleStatus
 from agentrl_ext.rollout.episode import Episode, ScriptedActor, Turn, drive_episode, read_records
 from agentrl_ext.rollout.replay import first_difference, main
 from agentrl_ext.testing.env_servers import env_servers
+from agentrl_ext.testing.vendored_data import installed_data_dir
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -227,15 +228,7 @@ def test_replay_of_a_session_that_hit_the_turn_cap_on_cpu(toy_controller, tmp_pa
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     """A data directory with the vendored data installed (skips when there is no copy)."""
-    from agentrl_ext.data.store import install_from
-    from agentrl_ext.testing.vendored_data import vendored_data_dir
-
-    shared = vendored_data_dir()
-    if not (shared / "SHA256SUMS").is_file():
-        pytest.skip(f"no vendored data copy at {shared}")
-    root = tmp_path_factory.mktemp("agentrl-data")
-    install_from(shared, root)
-    return root
+    return installed_data_dir(tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

@@ -17,19 +17,15 @@ import pytest
 # the helper module next to this file imports as a top-level module whatever pytest's import mode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dbbench_helpers import SHARED_DATA, MariaDBServer, start_private_mariadb  # noqa: E402
+from dbbench_helpers import MariaDBServer, start_private_mariadb  # noqa: E402
 
-from agentrl_ext.data.store import install_from  # noqa: E402
+from agentrl_ext.testing.vendored_data import installed_data_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def dbbench_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data directory with the vendored data installed (skips when there is no copy)."""
-    if not (SHARED_DATA / "SHA256SUMS").is_file():
-        pytest.skip(f"no vendored data copy at {SHARED_DATA}")
-    root = tmp_path_factory.mktemp("agentrl-data")
-    install_from(SHARED_DATA, root)
-    return root
+    return installed_data_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

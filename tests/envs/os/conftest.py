@@ -20,10 +20,11 @@ import pytest
 # the helper module next to this file imports as a top-level module whatever pytest's import mode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agentrl_ext.data.store import install_from  # noqa: E402
 from agentrl_ext.testing.docker_engine import NoDockerEngine, docker_engine  # noqa: E402
 from agentrl_ext.testing.env_servers import REPO  # noqa: E402
-from agentrl_ext.testing.vendored_data import vendored_data_dir  # noqa: E402
+from agentrl_ext.testing.vendored_data import (
+    installed_data_dir,  # noqa: E402
+)
 
 OS_IMAGE = "agentrl-os:default"
 
@@ -31,12 +32,7 @@ OS_IMAGE = "agentrl-os:default"
 @pytest.fixture(scope="session")
 def os_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data directory with the vendored data installed (skips when there is no copy)."""
-    shared = vendored_data_dir()
-    if not (shared / "SHA256SUMS").is_file():
-        pytest.skip(f"no vendored data copy at {shared}")
-    root = tmp_path_factory.mktemp("agentrl-data")
-    install_from(shared, root)
-    return root
+    return installed_data_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
