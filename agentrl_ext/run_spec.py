@@ -38,12 +38,9 @@ LOOPBACK = "127.0.0.1"
 def launched_controller_url(port: int, host: str = LOOPBACK, advertise_host: str | None = None) -> str:
     """The API base of the controller that ``agentrl.envs.launch`` starts on ``port``, as the stack
     advertises it (``agentrl_ext.env.launcher.EnvStack.api``; the main job checks that they agree)."""
-    from agentrl_ext.env.protocol import API_PREFIX
+    from agentrl_ext.env.launcher.processes import api_url
 
-    address = advertise_host or host
-    if ":" in address and not address.startswith("["):
-        address = f"[{address}]"  # IPv6 in a URL
-    return f"http://{address}:{port}{API_PREFIX}"
+    return api_url(advertise_host or host, port)
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,11 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
+def api_url(host: str, port: int) -> str:
+    """The protocol's API base of a server on ``host:port``, ``http://HOST:PORT/api``."""
+    return f"http://{_url_host(host)}:{port}{API_PREFIX}"
+
+
 def controller_argv(port: int, host: str = LOOPBACK, **options: Any) -> list[str]:
     """``python -m agentrl_ext.env.controller`` on ``host:port``; None options keep the defaults."""
     argv = [sys.executable, "-m", "agentrl_ext.env.controller", "--host", host, "--port", str(port)]

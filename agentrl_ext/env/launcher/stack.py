@@ -27,7 +27,7 @@ from agentrl_ext.env.launcher.processes import (
     WILDCARD_HOSTS,
     ServerProcess,
     _script,
-    _url_host,
+    api_url,
     controller_argv,
     free_port,
     list_workers,
@@ -35,7 +35,6 @@ from agentrl_ext.env.launcher.processes import (
     wait_until,
     worker_argv,
 )
-from agentrl_ext.env.protocol import API_PREFIX
 from agentrl_ext.env.tasks import task_spec, task_specs
 
 logger = logging.getLogger(__name__)
@@ -149,7 +148,7 @@ class EnvStack(ContainerWorkers):
     @property
     def api(self) -> str:
         """The controller's API base as advertised, ``http://ADVERTISE_HOST:PORT/api``."""
-        return f"http://{_url_host(self.advertise_host or self.host)}:{self.port}{API_PREFIX}"
+        return api_url(self.advertise_host or self.host, self.port)
 
     def worker_names(self, name: str) -> list[str]:
         """The keys of task ``name``'s workers in :attr:`workers` / :attr:`containers`: ``name``,
@@ -230,7 +229,7 @@ class EnvStack(ContainerWorkers):
         """The bind address, advertised URL and secret of a worker on ``port`` (worker_argv's)."""
         return {
             "host": self.host,
-            "self_address": f"http://{_url_host(str(self.advertise_host))}:{port}{API_PREFIX}",
+            "self_address": api_url(str(self.advertise_host), port),
             "secret_file": self.secret_file,
         }
 
@@ -285,7 +284,7 @@ class EnvStack(ContainerWorkers):
     def _local_api(self) -> str:
         """The controller's API as this host reaches it (the bind address; loopback for a wildcard)."""
         host = LOOPBACK if self.host in WILDCARD_HOSTS else self.host
-        return f"http://{_url_host(host)}:{self.port}{API_PREFIX}"
+        return api_url(host, self.port)
 
     def dead(self) -> list[str]:
         """Names of the parts that stopped on their own (the controller, workers, containers)."""
