@@ -1,5 +1,5 @@
 # The commands the README names.
-.PHONY: setup setup-train train test test-fast lint format
+.PHONY: setup setup-train train train-arms test test-fast lint format
 
 setup:            ## create .venv with torch (CPU), verl 0.9.1 and agentrl_ext with every extra the tests use
 	bash scripts/setup.sh
@@ -9,6 +9,9 @@ setup-train:      ## the same venv with only what the main job needs (agentrl_ex
 
 train: setup-train ## the main job: SFT warm start + multi-task AgentRL on CPU, held-out table before/after (cpu_multitask)
 	.venv/bin/agentrl-train --config-name cpu_multitask
+
+train-arms:       ## the main job, then the same RL with verl's grpo (task normalization off) from its SFT weights; one table of both
+	bash scripts/train_arms.sh
 
 test:             ## the whole test suite, set-up included
 	bash scripts/test.sh

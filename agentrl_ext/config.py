@@ -324,12 +324,28 @@ class SFTConfig(Freezable):
     tasks: list[str] = field(default_factory=list)
     #: expert episodes per task, from the start of its train split
     episodes_per_task: int = 300
-    #: a careless expert per task: {task: epsilon} plays a random move (the task's
-    #: ``random_action``) with probability epsilon each turn; imperfect demonstrations RL can beat
+    #: {task: k}: k times as many episodes of that task (the same indices played again with other
+    #: seeds, so a careless demonstrator makes other moves), hence k times its share of each SFT batch
+    task_weights: dict[str, int] = field(default_factory=dict)
+    #: a careless expert per task: {task: epsilon} plays its careless move (below) with probability
+    #: epsilon each turn, the expert's otherwise; 1.0: the careless move only (a demonstrator that is
+    #: not the expert at all); imperfect demonstrations RL can beat
     expert_noise: dict[str, float] = field(default_factory=dict)
     #: the careless move per task ({task: name}): ``<name>_action`` of the task's expert module;
-    #: ``random`` (the default) or one the module adds, e.g. guess's ``habit`` (always the same number)
+    #: ``random`` (the default), ``feasible`` (every procedural task: a move consistent with all the
+    #: environment said, chosen at random: the warm start learns to read the environment and RL the
+    #: choice) or one the module adds, e.g. guess's ``habit`` (always the same number)
     careless_move: dict[str, str] = field(default_factory=dict)
+    #: keep the demonstrations that lost within the task's rules (status ``task limit reached`` or
+    #: a wrong answer) as well as the won ones. With a careless demonstrator, keeping only the won
+    #: ones is already a policy improvement (the moves that happened to win are over-represented);
+    #: keeping all makes the warm start's behaviour the demonstrator's, whose success is measured
+    keep_lost: bool = False
+    #: after the warm start (with ``agentrl.eval``), play each task's demonstrator this many times on
+    #: every held-out seed and its expert once (the room RL has), and sample the warm-started
+    #: model's moves in the demonstrator's contexts (whether it reads the environment); 0: off
+    #: (``agentrl_ext.eval.warm_start_probe``, printed in report.md)
+    probe_runs: int = 4
     #: optimizer steps
     steps: int = 60
     #: episodes per optimizer step
@@ -353,6 +369,11 @@ class SFTConfig(Freezable):
         for name in ("episodes_per_task", "steps", "batch_size", "micro_batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"agentrl.sft.{name}={getattr(self, name)} must be >= 1")
+        bad_weights = {t: k for t, k in self.task_weights.items() if not (isinstance(k, int) and k >= 1)}
+        if bad_weights:
+            raise ValueError(f"agentrl.sft.task_weights must be integers >= 1, got {bad_weights}")
+        if self.probe_runs < 0:
+            raise ValueError(f"agentrl.sft.probe_runs={self.probe_runs} must be >= 0 (0: no probe)")
         if self.batch_size % self.micro_batch_size:
             raise ValueError(
                 f"agentrl.sft.batch_size={self.batch_size} must be a multiple of "
@@ -364,9 +385,9 @@ class SFTConfig(Freezable):
             )
         if self.lr_scheduler not in ("constant", "cosine"):
             raise ValueError(f"agentrl.sft.lr_scheduler={self.lr_scheduler!r} must be constant or cosine")
-        bad = {task: eps for task, eps in self.expert_noise.items() if not 0.0 <= eps < 1.0}
+        bad = {task: eps for task, eps in self.expert_noise.items() if not 0.0 <= eps <= 1.0}
         if bad:
-            raise ValueError(f"agentrl.sft.expert_noise values must be in [0, 1), got {bad}")
+            raise ValueError(f"agentrl.sft.expert_noise values must be in [0, 1], got {bad}")
 
 
 @dataclass
@@ -375,6 +396,9 @@ class EvalConfig(Freezable):
 
     #: evaluate before RL (after the warm start) and after it, print the table and write the plots
     enable: bool = False
+    #: the evaluation before RL too (false: after RL only, e.g. a second RL arm from a start that
+    #: was evaluated already; scripts/train_arms.sh)
+    before_rl: bool = True
     #: tasks to evaluate (empty: every task of the run)
     tasks: list[str] = field(default_factory=list)
     #: the held-out split: with agentrl.envs.launch, a second controller serves the tasks on it

@@ -53,6 +53,13 @@ def _from_expert_module(task: str, name: str | None = None) -> Any:
     return getattr(importlib.import_module(module), name or function, None)
 
 
+def expert_function(task: str, name: str) -> Callable[..., Any] | None:
+    """Function ``name`` of ``task``'s expert module (e.g. ``feasible_action``, ``is_feasible``), or
+    None if the module has none."""
+    found = _from_expert_module(task, name)
+    return found if callable(found) else None
+
+
 def expert_policy(task: str) -> ExpertPolicy:
     """The expert policy of ``task`` (a task whose spec names an expert, or a ``module:function`` spec)."""
     policy: ExpertPolicy = _from_expert_module(task)

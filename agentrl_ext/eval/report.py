@@ -18,7 +18,7 @@ import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -343,6 +343,38 @@ def render_comparison(reports: Sequence[EvalReport]) -> str:
     return _table(header, rows) + "\n" + _caption(reports) + _card_differences(reports, labels)
 
 
+def render_arms(reports: Sequence[EvalReport], labels: Sequence[str] | None = None) -> str:
+    """The first report (e.g. before RL) and every later one (e.g. RL's arms from the same start)
+    side by side: each later report's success, its change from the first and the change's 95%
+    interval (:func:`change_interval`). ``labels`` replace the reports' own."""
+    if len(reports) < 2:
+        raise ValueError("render_arms needs a first report and at least one to compare with it")
+    labels = list(labels) if labels else [r.label or f"#{i}" for i, r in enumerate(reports)]
+    if len(labels) != len(reports):
+        raise ValueError(f"render_arms: {len(labels)} labels for {len(reports)} reports")
+    tasks = list(dict.fromkeys(t for r in reports for t in r.summary))
+    header = ["task", f"{labels[0]} success"]
+    for label in labels[1:]:
+        header += [f"{label} success", f"{label} change"]
+    rows = []
+    for task in tasks:
+        first = reports[0].summary.get(task)
+        row = [task, _percent(first.success_rate) if first else "-"]
+        for report in reports[1:]:
+            later = report.summary.get(task)
+            if later is None or first is None:
+                row += [_percent(later.success_rate) if later else "-", "-"]
+                continue
+            change = later.success_rate - first.success_rate
+            row += [
+                _percent(later.success_rate),
+                f"{100 * change:+.1f} ± {100 * change_interval(first, later):.1f} pts",
+            ]
+        rows.append(row)
+    relabelled = [replace(r, label=label) for r, label in zip(reports, labels, strict=True)]
+    return _table(header, rows) + "\n" + _caption(relabelled) + _card_differences(relabelled, labels)
+
+
 def _card_differences(reports: Sequence[EvalReport], labels: Sequence[str]) -> str:
     """Lines naming each task whose benchmark or invalid-action rule differs between the reports
     (their success rates measure different things); empty when all agree."""
@@ -360,3 +392,36 @@ def _card_differences(reports: Sequence[EvalReport], labels: Sequence[str]) -> s
                     f"\nnote: {task} ran under different {what}s ({shown}): not the same measurement"
                 )
     return "".join(notes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agentrl_ext.eval.report FIRST.json LATER.json ... [--labels a,b,c] [--out F]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m agentrl_ext.eval.report",
+        description="Evaluation results side by side: each later one's change from the first, with its 95% interval.",
+    )
+    parser.add_argument(
+        "reports", nargs="+", type=Path, help="results JSON files (agentrl-eval-run --out, RUN/eval/*.json)"
+    )
+    parser.add_argument(
+        "--labels", default="", help="comma-separated names, one per file (default: their own)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="also write the table to this file")
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.reports if not p.is_file()]
+    if missing or len(args.reports) < 2:
+        parser.error(f"need at least two results files; missing: {', '.join(missing) or 'none'}")
+    labels = [x for x in args.labels.split(",") if x] or None
+    if labels is not None and len(labels) != len(args.reports):
+        parser.error(f"--labels names {len(labels)} reports, but {len(args.reports)} files were given")
+    table = render_arms([EvalReport.load(p) for p in args.reports], labels)
+    print(table)
+    if args.out is not None:
+        args.out.write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

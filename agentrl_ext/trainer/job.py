@@ -233,7 +233,11 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
         if agentrl.sft.enable:
             with _stage("SFT warm start", timings):
                 _warm_start(config, agentrl, controller_url, tasks, run_dir)
-        if agentrl.eval.enable:
+        probe = ""
+        if agentrl.sft.enable and agentrl.eval.enable and agentrl.sft.probe_runs > 0:
+            with _stage("warm-start probe", timings):
+                probe = _probe_warm_start(config, agentrl, eval_url, eval_tasks, run_dir)
+        if agentrl.eval.enable and agentrl.eval.before_rl:
             with _stage("evaluation before RL", timings):
                 model = Path(str(config.actor_rollout_ref.model.path))
                 reports.append(evaluate_policy(config, spec, eval_url, eval_tasks, model, "before_rl"))
@@ -245,7 +249,7 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
                 model = last_actor_weights(run_dir)
                 reports.append(evaluate_policy(config, spec, eval_url, eval_tasks, model, "after_rl"))
     timings["total"] = time.monotonic() - started
-    _report(run_dir, reports, timings)
+    _report(run_dir, reports, timings, probe)
 
 
 def _stop_on_sigterm() -> None:
@@ -272,15 +276,12 @@ def _warm_start(
             f"agentrl.sft.enable is set but none of the run's tasks {tasks} has an expert "
             f"(known: {', '.join(sorted(experts()))}); set agentrl.sft.tasks or turn the warm start off"
         )
-    careless = {t: e for t, e in agentrl.sft.expert_noise.items() if e > 0}
-    moves = dict(agentrl.sft.careless_move)
-    problems = []
-    for task in sorted(careless):
-        move = moves.get(task, DEFAULT_CARELESS_MOVE)
-        if task not in sft_tasks:
-            problems.append(f"{task} (not a warm-start task; those are {sft_tasks})")
-        elif not has_careless_action(task, move):
-            problems.append(f"{task} (its expert module has no {move}_action)")
+    careless, moves, repeats = _demonstrators(agentrl, sft_tasks, experts())
+    problems = [
+        f"{task} (its expert module has no {moves.get(task, DEFAULT_CARELESS_MOVE)}_action)"
+        for task in sorted(careless)
+        if not has_careless_action(task, moves.get(task, DEFAULT_CARELESS_MOVE))
+    ]
     if problems:
         raise ValueError(
             f"agentrl.sft.expert_noise names {', '.join(problems)}: remove them or fix "
@@ -300,6 +301,8 @@ def _warm_start(
         noise=careless,
         seed=agentrl.sft.seed,
         moves=moves,
+        keep_lost=agentrl.sft.keep_lost,
+        weights=repeats,
     )
     base = Path(str(config.actor_rollout_ref.model.path))
     weights = run_sft(base, files, run_dir / "sft", agentrl.sft, cpu=cpu_platform_active())
@@ -308,8 +311,87 @@ def _warm_start(
     logger.info("RL starts from the warm-started weights %s", weights)
 
 
-def _report(run_dir: Path, reports: list[Any], timings: dict[str, float]) -> None:
+def _probe_warm_start(
+    config: DictConfig, agentrl: AgentRLConfig, eval_url: str, tasks: list[str], run_dir: Path
+) -> str:
+    """The room each task leaves RL and what the warm-started model reads (``warm_start_probe``),
+    on the held-out seeds; written to ``eval/warm_start_probe.json``, returned as markdown."""
+    import asyncio
+    import json
+    from dataclasses import asdict
+
+    from agentrl_ext.data.expert import experts
+    from agentrl_ext.data.multitask import fetch_indices
+    from agentrl_ext.eval.warm_start_probe import format_report, run_probe
+
+    probed = [t for t in tasks if t in experts()]
+    if not probed:
+        return ""
+    indices = asyncio.run(fetch_indices(eval_url, probed))
+    limit = agentrl.eval.num_samples
+    rooms, probes = run_probe(
+        eval_url,
+        str(config.actor_rollout_ref.model.path),
+        probed,
+        {t: list(i)[:limit] if limit else list(i) for t, i in indices.items()},
+        dict(agentrl.sft.expert_noise),
+        dict(agentrl.sft.careless_move),
+        runs=agentrl.sft.probe_runs,
+        temperature=agentrl.eval.temperature,
+        seed=int(config.trainer.get("seed", 0) or 0),
+    )
+    out = run_dir / "eval" / "warm_start_probe.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps({"rooms": [asdict(r) for r in rooms], "probes": [asdict(p) for p in probes]}, indent=1)
+    )
+    table = format_report(rooms, probes)
+    print("\nThe warm start, before RL (held-out seeds):\n" + table + "\n", flush=True)
+    return table
+
+
+def _demonstrators(
+    agentrl: AgentRLConfig, sft_tasks: list[str], known: dict[str, str]
+) -> tuple[dict[str, float], dict[str, str], dict[str, int]]:
+    """``agentrl.sft``'s per-task settings (expert_noise > 0, careless_move, task_weights) for the
+    warm-start tasks. A recipe's entry for a task this run leaves out (``agentrl.envs.tasks=[guess]``
+    on a three-task recipe) is skipped; a name that is no task with an expert is an error."""
+    noise = {t: e for t, e in agentrl.sft.expert_noise.items() if e > 0}
+    moves = dict(agentrl.sft.careless_move)
+    weights = dict(agentrl.sft.task_weights)
+    for key, names in (("expert_noise", noise), ("careless_move", moves), ("task_weights", weights)):
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            raise ValueError(
+                f"agentrl.sft.{key} names {unknown}: no task with an expert has that name "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        skipped = sorted(set(names) - set(sft_tasks))
+        if skipped:
+            logger.info(
+                "agentrl.sft.%s: %s not in this run's warm start (%s), skipped", key, skipped, sft_tasks
+            )
+
+    def kept(values: dict[str, Any]) -> dict[str, Any]:
+        return {t: v for t, v in values.items() if t in sft_tasks}
+
+    return kept(noise), kept(moves), kept(weights)
+
+
+def _report(run_dir: Path, reports: list[Any], timings: dict[str, float], probe: str = "") -> None:
     lines = ["# Run report", "", f"run folder: {run_dir}", ""]
+    if probe:
+        lines += [
+            "## The warm start, before RL",
+            "",
+            "Room: the held-out success of the warm start's demonstrator and of the expert; their "
+            "difference is what RL can add. Probe: the warm-started model's sampled moves in the "
+            "demonstrator's held-out contexts, and how many are consistent with what the environment "
+            "said (eval/warm_start_probe.json).",
+            "",
+            probe,
+            "",
+        ]
     if reports:
         from agentrl_ext.eval import plot_run, render_comparison
 

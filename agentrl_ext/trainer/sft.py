@@ -81,13 +81,15 @@ def expert_rows(
     epsilon: float = 0.0,
     seed: int = 0,
     move: str = DEFAULT_CARELESS_MOVE,
+    keep_lost: bool = False,
 ) -> list[dict[str, Any]]:
     """``count`` expert episodes of ``task``'s advertised (train) indices, as SFT rows.
 
-    Only episodes the expert won (status ``completed``, reward > 0) are kept; the indices are the
-    first ``count`` of the controller's ``get_indices`` for ``task``. ``epsilon`` > 0: a careless
-    expert plays (its careless ``move``, ``random`` by default, with that probability per turn;
-    ``agentrl_ext.data.expert.noisy_policy``).
+    Only episodes the expert won (status ``completed``, reward > 0) are kept, and with
+    ``keep_lost`` also those it lost within the task's rules (``completed`` with reward 0, ``task
+    limit reached``); the indices are the first ``count`` of the controller's ``get_indices`` for
+    ``task``. ``epsilon`` > 0: a careless expert plays (its careless ``move``, ``random`` by
+    default, with that probability per turn; ``agentrl_ext.data.expert.noisy_policy``).
     """
     import httpx
 
@@ -106,15 +108,25 @@ def expert_rows(
             controller_url, task, indices, concurrency=concurrency, epsilon=epsilon, seed=seed, move=move
         )
     )
-    won = [e for e in episodes if e.status == SampleStatus.COMPLETED and e.reward > 0]
-    if len(won) < len(episodes):
+    within_rules = (SampleStatus.COMPLETED, SampleStatus.TASK_LIMIT_REACHED)
+    kept = [
+        e
+        for e in episodes
+        if (e.status == SampleStatus.COMPLETED and e.reward > 0) or (keep_lost and e.status in within_rules)
+    ]
+    won = sum(1 for e in episodes if e.status == SampleStatus.COMPLETED and e.reward > 0)
+    if len(kept) < len(episodes):
         logger.warning(
             "%s: the expert lost %d of %d episodes; they are left out",
             task,
-            len(episodes) - len(won),
+            len(episodes) - len(kept),
             len(episodes),
         )
-    return [_row(e.messages, e.tools) for e in won]
+    elif won < len(episodes):
+        logger.info(
+            "%s: %d of %d demonstrations won; the lost ones are kept (keep_lost)", task, won, len(episodes)
+        )
+    return [_row(e.messages, e.tools) for e in kept]
 
 
 def _row(messages: Any, tools: Any) -> dict[str, Any]:
@@ -131,11 +143,15 @@ def write_expert_dataset(
     noise: Mapping[str, float] | None = None,
     seed: int = 0,
     moves: Mapping[str, str] | None = None,
+    keep_lost: bool = False,
+    weights: Mapping[str, int] | None = None,
 ) -> list[Path]:
     """Write ``<out_dir>/<task>.parquet`` of expert episodes for every task; returns the paths.
 
     ``noise`` maps a task to the careless expert's ``epsilon``, ``moves`` to its careless move
-    (default ``random``; see :func:`expert_rows`)."""
+    (default ``random``), ``keep_lost`` keeps the episodes lost within the rules (see
+    :func:`expert_rows`), ``weights`` maps a task to how many times its indices are played (seeds
+    ``seed``, ``seed + 1``, ...)."""
     import pandas as pd
 
     out = Path(out_dir)
@@ -144,7 +160,17 @@ def write_expert_dataset(
     for task in tasks:
         epsilon = float((noise or {}).get(task, 0.0))
         move = (moves or {}).get(task, DEFAULT_CARELESS_MOVE)
-        rows = expert_rows(controller_url, task, episodes_per_task, epsilon=epsilon, seed=seed, move=move)
+        rows = []
+        for repeat in range(int((weights or {}).get(task, 1))):
+            rows += expert_rows(
+                controller_url,
+                task,
+                episodes_per_task,
+                epsilon=epsilon,
+                seed=seed + repeat,
+                move=move,
+                keep_lost=keep_lost,
+            )
         if not rows:
             raise RuntimeError(f"no expert episode of task {task!r} was won: nothing to train on")
         path = out / f"{task}.parquet"

@@ -40,20 +40,51 @@ def first_move(start: Cell, goal: Cell, blocked: Cell | None) -> str:
     raise ValueError(f"gridroom expert: no path from {start} to {goal}")
 
 
-def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The assistant message (a ``move`` call) after ``messages``, the whole history so far."""
+def _state(messages: list[dict[str, Any]]) -> tuple[Cell, Cell, Cell | None]:
+    """The agent, the door and the key (None once taken), read off the latest observation."""
     observation = next(
         str(m.get("content") or "") for m in reversed(messages) if m.get("role") in ("user", "tool")
     )
     agent = _cell(re.search("You at " + _CELL, observation), "agent position")
     door = _cell(re.search("Door at " + _CELL, observation), "door")
     key = re.search("Key at " + _CELL, observation)
+    return agent, door, None if key is None else _cell(key, "key")
+
+
+def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message (a ``move`` call) after ``messages``, the whole history so far."""
+    agent, door, key = _state(messages)
     if key is not None:
-        direction = first_move(agent, _cell(key, "key"), blocked=door)
+        direction = first_move(agent, key, blocked=door)
     else:
         direction = first_move(agent, door, blocked=None)
     steps = sum(1 for m in messages if m.get("role") == "assistant")
     return tool_call_message("move", {"direction": direction}, steps)
+
+
+def legal_moves(messages: list[dict[str, Any]]) -> list[str]:
+    """The directions that move the agent after ``messages``: not into the outer wall, not into the
+    door while it is locked (every observation says where both are)."""
+    agent, door, key = _state(messages)
+    moves = []
+    for name, (d_row, d_col) in MOVES.items():
+        target = (agent[0] + d_row, agent[1] + d_col)
+        if 0 <= target[0] < SIZE and 0 <= target[1] < SIZE and not (target == door and key is not None):
+            moves.append(name)
+    return moves
+
+
+def feasible_action(messages: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
+    """A legal move drawn uniformly (:func:`legal_moves`): a player who reads the room but has no
+    plan (the warm start's demonstrator; RL must find the shortest way)."""
+    steps = sum(1 for m in messages if m.get("role") == "assistant")
+    return tool_call_message("move", {"direction": rng.choice(legal_moves(messages))}, steps)
+
+
+def is_feasible(messages: list[dict[str, Any]], name: str, arguments: dict[str, Any]) -> bool:
+    """Whether the call ``name(arguments)`` after ``messages`` is a legal move."""
+    direction = arguments.get("direction")
+    return name == "move" and isinstance(direction, str) and direction.strip() in legal_moves(messages)
 
 
 def random_action(messages: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:

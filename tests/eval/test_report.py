@@ -12,7 +12,9 @@ from agentrl_ext.eval.report import (
     EvalReport,
     TaskSummary,
     change_interval,
+    main,
     rate_interval,
+    render_arms,
     render_comparison,
 )
 
@@ -57,6 +59,41 @@ def test_comparison_shows_change_interval_and_sampling():
     )
     greedy = render_comparison([_report("sft", [True, False], 0.0)])
     assert greedy.splitlines()[-1] == "sft: 2 episodes per task, greedy"
+
+
+def test_arms_show_each_ones_change_from_the_first_on_cpu(tmp_path, capsys):
+    before = _report("before_rl", [True] * 30 + [False] * 70, 0.7)
+    norm = _report("after_rl", [True] * 50 + [False] * 50, 0.7)
+    plain = _report("after_rl", [True] * 20 + [False] * 80, 0.7)
+    table = render_arms([before, norm, plain], ["before_rl", "task_norm_grpo", "grpo"])
+    lines = table.splitlines()
+    assert lines[0].split()[:3] == ["task", "before_rl", "success"]
+    # 1.96 * sqrt(0.3*0.7/100 + 0.5*0.5/100) = 0.1329; 1.96 * sqrt(0.3*0.7/100 + 0.2*0.8/100) = 0.1192
+    assert lines[2].split() == [
+        "guess",
+        "30.0%",
+        "50.0%",
+        "+20.0",
+        "±",
+        "13.3",
+        "pts",
+        "20.0%",
+        "-10.0",
+        "±",
+        "11.9",
+        "pts",
+    ]
+    assert "task_norm_grpo: 100 episodes" in lines[3] and "grpo: 100 episodes" in lines[3]
+    with pytest.raises(ValueError, match="2 labels for 3 reports"):
+        render_arms([before, norm, plain], ["a", "b"])
+    paths = []
+    for name, report in (("b", before), ("n", norm), ("p", plain)):
+        paths.append(str(report.save(tmp_path / f"{name}.json")))
+    assert (
+        main([*paths, "--labels", "before_rl,task_norm_grpo,grpo", "--out", str(tmp_path / "arms.md")]) == 0
+    )
+    assert (tmp_path / "arms.md").read_text().strip() == table
+    assert capsys.readouterr().out.strip() == table
 
 
 def test_rate_interval_is_the_binomial_normal_approximation():

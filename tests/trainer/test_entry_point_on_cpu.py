@@ -324,7 +324,7 @@ def test_every_agentrl_key_can_be_overridden_without_plus_on_cpu():
 )
 def test_task_kwargs_take_a_whole_dict_or_one_key_on_cpu(override):
     # a None default made OmegaConf fail on both with "'NoneType' object has no attribute 'get'"
-    parsed = AgentRLConfig.from_config(_compose("cpu_multitask", [override]).agentrl)
+    parsed = AgentRLConfig.from_config(_compose("cpu_agentrl", [override]).agentrl)
     assert dict(parsed.envs.task_kwargs) == {"guess": {"show_range": True}}
 
 

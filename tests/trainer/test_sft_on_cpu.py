@@ -3,8 +3,10 @@ path, in the layout verl's MultiTurnSFTDataset reads, and verl's SFT trainer's c
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 
 import pandas as pd
 import pytest
@@ -158,8 +160,10 @@ def test_sft_failure_names_the_log_on_cpu(tmp_path, sft_files):
 
 def test_expert_noise_must_be_a_probability_on_cpu():
     assert SFTConfig(expert_noise={"guess": 0.5}).expert_noise == {"guess": 0.5}
-    with pytest.raises(ValueError, match=r"agentrl.sft.expert_noise .*'guess': 1.0"):
-        SFTConfig(expert_noise={"guess": 1.0})
+    # 1.0: the careless move only (e.g. the feasible demonstrator)
+    assert SFTConfig(expert_noise={"guess": 1.0}).expert_noise == {"guess": 1.0}
+    with pytest.raises(ValueError, match=r"agentrl.sft.expert_noise .*'guess': 1.1"):
+        SFTConfig(expert_noise={"guess": 1.1})
     with pytest.raises(ValueError, match="expert_noise"):
         SFTConfig(expert_noise={"gridroom": -0.1})
 
@@ -192,6 +196,32 @@ def test_expert_noise_on_a_task_without_random_moves_is_refused_before_playing_o
         agentrl = AgentRLConfig.from_config({"sft": {"enable": True, **sft}})
         with pytest.raises(ValueError, match=message):
             _warm_start(config, agentrl, "http://127.0.0.1:9/api", ["guess", "gridroom"], tmp_path)
+
+
+def test_keep_lost_keeps_the_demonstrations_lost_within_the_rules_on_cpu(tmp_path):
+    from agentrl_ext.trainer.sft import expert_rows
+
+    with env_servers(WORKERS, tmp_path / "logs") as servers:
+        url = servers.controller_url
+        won = expert_rows(url, "calc", 40, epsilon=1.0, move="feasible")
+        every = expert_rows(url, "calc", 40, epsilon=1.0, move="feasible", keep_lost=True)
+    # the feasible calc demonstrator picks the wrong grouping half the time: some of 40 lose
+    assert len(every) == 40 and 0 < len(won) < 40
+    answers = [
+        json.loads(
+            [m for m in r["messages"] if m["role"] == "assistant"][-1]["tool_calls"][0]["function"][
+                "arguments"
+            ]
+        )["value"]
+        for r in every
+    ]
+    lost = 0
+    for row, answer in zip(every, answers, strict=True):
+        a, op1, b, op2, c = re.search(
+            r"\((-?\d+) ([-+*]) (-?\d+)\) ([-+*]) (-?\d+)", row["messages"][0]["content"]
+        ).groups()
+        lost += answer != eval(f"({a} {op1} {b}) {op2} {c}")  # the problem's value, by Python
+    assert lost == 40 - len(won)
 
 
 def test_sft_child_gets_every_core_on_the_cpu_platform_on_cpu(monkeypatch):
