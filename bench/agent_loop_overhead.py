@@ -7,14 +7,18 @@ in one run (the machine is noisy: compare the ratios):
   played in ``loop-ray``: each episode's turns in order, with the same prompt token ids and the
   same number of generated tokens (``ignore_eos``, ``max_tokens`` = the recorded count), the same
   episodes concurrent. No controller, no chat template, no parsing, no Ray.
-- ``loop-local``: the ``agentrl`` agent loop in this process with the server in this process (as
-  ``agentrl-eval-run`` runs it, one request id per episode): controller and task workers over HTTP,
-  chat template rendering and tokenization, tool-call parsing; no Ray.
+- ``loop-local``: the ``agentrl`` agent loop's episodes in this process with the server in this
+  process (as ``agentrl-eval-run`` runs it, one request id per episode): controller and task
+  workers over HTTP, chat template rendering and tokenization, tool-call parsing; no Ray.
 - ``raw-ray``: the same replay, sent straight to the server running as a Ray actor (as the trainer
   hosts it: one torch thread, Ray's default for an actor without ``num_cpus``).
 - ``loop-ray``: what the trainer runs: the agent loop calls the server as a Ray actor through verl's
   own ``LLMServerClient`` and ``GlobalRequestLoadBalancer`` (an acquire RPC per turn, a fresh request
   id per turn), with the sampling parameters verl's agent-loop worker sends.
+
+Both loop modes play each episode as the agent loop does (``AgentRLAgentLoop.run`` is a thin adapter
+over it): the one episode driver, ``rollout.episode.drive_episode``, with the loop's token actor
+(``TokenActor``), its typed settings (``AgentLoopConfig``) and its pooled controller client.
 
 Each prints generated tokens/s (model tokens only), episodes/s and the per-turn breakdown the agent
 loop records (time in ``generate``, time in the controller round trip, the rest: rendering,
@@ -57,37 +61,6 @@ def _rollout_config(args: argparse.Namespace) -> Any:
     )
 
 
-def _agent_loop(server_manager: Any, tokenizer: Any, controller_url: str, args: argparse.Namespace) -> Any:
-    from omegaconf import OmegaConf
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
-
-    from agentrl_ext.rollout.agent_loop import AgentRLAgentLoop
-
-    config = OmegaConf.create(
-        {
-            "actor_rollout_ref": {
-                "rollout": {"prompt_length": args.prompt_length, "response_length": args.response_length}
-            },
-            "data": {},
-            "agentrl": {
-                "agent_loop": {
-                    "controller_url": controller_url,
-                    "max_turns": args.max_turns,
-                    "max_tokens_per_turn": args.max_tokens_per_turn,
-                }
-            },
-        }
-    )
-    return AgentRLAgentLoop(
-        trainer_config=DictConfigWrap(config),
-        server_manager=server_manager,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=None,
-        data_config=DictConfigWrap(config.data),
-    )
-
-
 class RecordingServer:
     """An in-process server manager that records every turn's prompt and generated count."""
 
@@ -119,32 +92,49 @@ class RecordingClient:
         return out
 
 
-async def _play(loop: Any, rows: list[tuple[str, int]], params: dict[str, Any]) -> tuple[float, list[dict]]:
-    started = time.perf_counter()
-    outs = await asyncio.gather(
-        *(
-            loop.run(dict(params), data_source=task, extra_info={"sample_index": json.dumps(index)})
-            for task, index in rows
-        )
+async def _play(
+    server_manager: Any, tokenizer: Any, controller_url: str, rows: list[tuple[str, int]], params: dict[str, Any],
+    args: argparse.Namespace,
+) -> tuple[float, list[dict]]:  # fmt: skip
+    """The episodes of ``rows``, all at once, as the agent loop plays them: the one episode driver
+    (``drive_episode``) with the token actor, on the agent loop's pooled controller client."""
+    from agentrl_ext.config import AgentLoopConfig
+    from agentrl_ext.rollout.agent_loop import TokenActor, controller_client, tool_parser
+    from agentrl_ext.rollout.episode import drive_episode
+
+    settings = AgentLoopConfig(
+        controller_url=controller_url, max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn
     )
-    wall = time.perf_counter() - started
-    await loop.controller_client().close()  # this event loop's pooled client ends with it
-    episodes = []
-    for out in outs:
-        info = out.extra_fields["agentrl"]
-        episodes.append(
-            {
-                "task": info["task"],
-                "status": info["status"],
-                "failed": info["failed"],
-                "turns": len(info["turn_tokens"]),
-                "generated": sum(info["turn_tokens"]),
-                "seconds": info["seconds"],
-                "generate_s": out.metrics.generate_sequences,
-                "env_s": out.metrics.tool_calls,
-            }
+    parser = tool_parser(settings.tool_format, tokenizer)
+    client = controller_client(settings)
+
+    async def episode(task: str, index: int) -> dict[str, Any]:
+        actor = TokenActor(
+            server_manager,
+            tokenizer,
+            settings,
+            prompt_budget=args.prompt_length,
+            response_budget=args.response_length,
+            sampling_params=dict(params),
+            parser=parser,
         )
-    return wall, episodes
+        played = await drive_episode(client, task, index, actor, max_turns=settings.max_turns)
+        return {
+            "task": played.task,
+            "status": played.status.value,
+            "failed": played.failed,
+            "turns": len(actor.turn_tokens),
+            "generated": sum(actor.turn_tokens),
+            "seconds": played.seconds,
+            "generate_s": actor.generate_s,
+            "env_s": played.env_s,
+        }
+
+    started = time.perf_counter()
+    episodes = await asyncio.gather(*(episode(task, index) for task, index in rows))
+    wall = time.perf_counter() - started
+    await client.close()  # this event loop's pooled client ends with it
+    return wall, list(episodes)
 
 
 def _summary(mode: str, wall: float, episodes: list[dict]) -> dict[str, Any]:
@@ -275,14 +265,12 @@ def main() -> None:
                 recorded: dict[str, list[tuple[list[int], int]]] = {}
                 if "loop-ray" in modes:
                     client = RecordingClient(LLMServerClient(verl_config, balancer))
-                    loop = _agent_loop(client, tokenizer, stack.api, args)
-                    wall, episodes = asyncio.run(_play(loop, rows, params))
+                    wall, episodes = asyncio.run(_play(client, tokenizer, stack.api, rows, params, args))
                     results.append({**_summary("loop-ray", wall, episodes), "repeat": repeat})
                     recorded = client.turns
                 if "loop-local" in modes:
                     local = RecordingServer(local_server)
-                    loop = _agent_loop(local, tokenizer, stack.api, args)
-                    wall, episodes = asyncio.run(_play(loop, rows, params))
+                    wall, episodes = asyncio.run(_play(local, tokenizer, stack.api, rows, params, args))
                     results.append({**_summary("loop-local", wall, episodes), "repeat": repeat})
                     recorded = recorded or local.turns
                 for mode in [m for m in ("raw", "raw-ray") if m in modes and recorded]:

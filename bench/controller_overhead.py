@@ -20,6 +20,7 @@ Writes ``bench/results/controller_overhead.json``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -76,41 +77,28 @@ async def stub_worker(
     return 200, b"{}"
 
 
-async def call(app: Any, path: str, body: bytes, session_id: int | None = None) -> dict[str, Any]:
-    """One POST straight into the ASGI app."""
-    headers = [
-        (b"host", b"x"),
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-    ]
+def _load_asgi_caller() -> Any:
+    """``agentrl_ext/testing/asgi.py`` of this checkout, loaded from its file: the revisions of
+    ``--ref`` (which may predate it) are called by the same code as this one."""
+    path = REPO / "agentrl_ext" / "testing" / "asgi.py"
+    spec = importlib.util.spec_from_file_location("controller_overhead_asgi", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+asgi = _load_asgi_caller()
+
+
+async def call(app: Any, path: str, body: bytes, session_id: int | None = None) -> Any:
+    """One POST straight into the ASGI app; its answer (status, headers)."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if session_id is not None:
         headers.append((b"session_id", str(session_id).encode()))
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": headers,
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-    }
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-    answer: dict[str, Any] = {}
-
-    async def receive() -> dict[str, Any]:
-        return messages.pop() if messages else {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            answer.update(status=message["status"], headers=dict(message["headers"]))
-
-    await app(scope, receive, send)
-    assert answer["status"] == 200, (path, answer)
+    answer = await asgi.call_asgi(app, path, body, headers)
+    assert answer.status == 200, (path, answer)
     return answer
 
 
@@ -129,7 +117,7 @@ async def measure(sessions: int, rounds: int) -> dict[str, float]:
     await service.receive_heartbeat(beat)
     best: dict[str, float] = {}
 
-    async def timed(name: str, calls: list[tuple[str, bytes, int | None]]) -> list[dict[str, Any]]:
+    async def timed(name: str, calls: list[tuple[str, bytes, int | None]]) -> list[Any]:
         t0 = time.process_time()
         answers = [await call(app, *c) for c in calls]
         best[name] = min(best.get(name, float("inf")), (time.process_time() - t0) / len(calls) * 1e6)
@@ -137,7 +125,7 @@ async def measure(sessions: int, rounds: int) -> dict[str, float]:
 
     for _ in range(rounds):
         started = await timed("start_sample", [("/api/start_sample", START, None)] * sessions)
-        ids = [int(a["headers"][b"session_id"]) for a in started]
+        ids = [int(a.headers[b"session_id"]) for a in started]
         await timed("interact", [("/api/interact", ECHO, s) for _ in range(3) for s in ids])
         half = len(ids) // 2
         await timed("interact (ends session)", [("/api/interact", FINISH, s) for s in ids[:half]])

@@ -10,14 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
-from env_helpers import PROBE_TASK, tool_step
+from env_helpers import PROBE_TASK, echo_controller, tool_step
 
 from agentrl_ext.env.client import ControllerClient, ControllerError
 from agentrl_ext.env.controller import ControllerConfig, create_app
+from agentrl_ext.env.controller.app import OVERALL_BODY_LIMIT, START_BODY_LIMIT
 from agentrl_ext.env.protocol import SampleStatus
-from agentrl_ext.env.web import MAX_BODY_BYTES
+from agentrl_ext.testing.asgi import call_asgi, chunked_body
 from agentrl_ext.testing.env_servers import (
-    ECHO_TASK,
     LOOPBACK,
     EnvServers,
     ServerProcess,
@@ -33,10 +33,7 @@ SOON_AFTER_LOSS_S = 15.0
 
 @pytest.fixture(scope="module")
 def echo_stack(module_servers: EnvServers) -> ServerProcess:
-    controller = module_servers.controller(rejoin_grace=0)
-    module_servers.worker(controller, ECHO_TASK)
-    wait_routable(controller, "echo")
-    return controller
+    return echo_controller(module_servers, rejoin_grace=0)
 
 
 def busy_sessions(controller: ServerProcess) -> list[dict[str, Any]]:
@@ -174,56 +171,42 @@ def test_oversized_body_is_refused_from_its_content_length_before_it_is_sent(ech
 # ------------------------------------------------------------------------------- body reading, in process
 
 
-async def call_app(
-    app: Any, path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]
-) -> tuple[int, bytes]:
-    """One request straight into the controller's ASGI app, the body in ``chunks``."""
-    messages = iter(chunks)
-    answer: dict[str, Any] = {"body": b""}
-
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(0)  # a real server yields between chunks too
-        chunk = next(messages, None)
-        if chunk is None:
-            return {"type": "http.request", "body": b"", "more_body": False}
-        return {"type": "http.request", "body": chunk, "more_body": True}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            answer["status"] = message["status"]
-        elif message["type"] == "http.response.body":
-            answer["body"] += message.get("body", b"")
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"x"), (b"content-type", b"application/json"), *headers],
-        "client": (LOOPBACK, 1),
-        "server": (LOOPBACK, 2),
-    }
-    await app(scope, receive, send)
-    return answer["status"], answer["body"]
-
-
 async def test_a_body_in_many_small_chunks_is_read_in_linear_time():
-    # 50 MB of invalid JSON in 1 KiB pieces: joined once it is quick; appended piece by piece to
-    # a bytes object it is ~1.3 TB of copying (quadratic), which would not finish in the bound.
-    chunks = [b"x" * 1024] * 50_000
-    app = create_app(ControllerConfig())  # calculate_overall: the endpoint that takes up to 64 MiB
-    status, body = await asyncio.wait_for(call_app(app, "/api/calculate_overall", chunks, []), timeout=60)
-    assert status == 400
-    assert "not valid JSON" in json.loads(body)["detail"]
+    # 15 MB of invalid JSON in 1 KiB pieces (under the heartbeat's 16 MiB): joined once it is
+    # quick; appended piece by piece to a bytes object it is ~115 GB of copying (quadratic),
+    # which would not finish in the bound.
+    chunks = [b"x" * 1024] * 15_000
+    app = create_app(ControllerConfig())
+    answer = await asyncio.wait_for(
+        call_asgi(app, "/api/receive_heartbeat", chunked_body(chunks)), timeout=60
+    )
+    assert answer.status == 400
+    assert "not valid JSON" in json.loads(answer.body)["detail"]
 
 
 async def test_a_streamed_body_over_the_limit_is_cut_off_with_413():
-    chunks = [b"x" * (1 << 20)] * (MAX_BODY_BYTES // (1 << 20) + 1)
+    chunks = [b"x" * (1 << 20)] * (START_BODY_LIMIT // (1 << 20) + 1)
     app = create_app(ControllerConfig())
-    status, body = await call_app(app, "/api/start_sample", chunks, [])
-    assert status == 413 and "over the limit" in json.loads(body)["detail"]
+    answer = await call_asgi(app, "/api/start_sample", chunked_body(chunks))
+    assert answer.status == 413 and "over the limit" in json.loads(answer.body)["detail"]
+
+
+async def test_calculate_overall_refuses_a_body_over_its_limit_before_reading_it():
+    # it took up to 64 MiB (web.MAX_BODY_BYTES), four times what any other endpoint takes
+    read = 0
+
+    def chunks():
+        nonlocal read
+        while True:
+            read += 1
+            yield b"x" * (1 << 20)
+
+    app = create_app(ControllerConfig())
+    declared = [(b"content-length", str(OVERALL_BODY_LIMIT + 1).encode())]
+    answer = await call_asgi(app, "/api/calculate_overall", chunked_body(chunks()), declared)
+    assert answer.status == 413 and f"over the limit of {OVERALL_BODY_LIMIT} bytes" in answer.body.decode()
+    assert read == 0 and answer.headers.get(b"connection") == b"close"
+    # streamed without a length: cut off once it passes the limit, not at 64 MiB
+    answer = await call_asgi(app, "/api/calculate_overall", chunked_body(chunks()))
+    assert answer.status == 413 and read == OVERALL_BODY_LIMIT // (1 << 20) + 1
+    assert 'endpoint="calculate_overall"} 2.0' in app.state.service.metrics.render().decode()

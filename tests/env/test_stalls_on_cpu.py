@@ -15,17 +15,13 @@ from collections.abc import Iterator
 import httpx
 import pydantic
 import pytest
+from env_helpers import echo_controller
 
 from agentrl_ext.env.controller import ControllerConfig, create_app
+from agentrl_ext.env.controller.app import OVERALL_BODY_LIMIT
 from agentrl_ext.env.web import bounded_repr, describe_validation_error
-from agentrl_ext.testing.env_servers import (
-    ECHO_TASK,
-    LOOPBACK,
-    EnvServers,
-    ServerProcess,
-    wait_routable,
-    wait_until,
-)
+from agentrl_ext.testing.asgi import call_asgi
+from agentrl_ext.testing.env_servers import LOOPBACK, EnvServers, ServerProcess, wait_until
 
 # How long a connection the server should close may stay open in these tests: far above the
 # 1 s timeouts the controller runs with here, far below "forever" (the old behaviour).
@@ -34,10 +30,7 @@ CLOSED_WITHIN_S = 20.0
 
 @pytest.fixture(scope="module")
 def guarded(module_servers: EnvServers) -> ServerProcess:
-    controller = module_servers.controller(rejoin_grace=0, body_idle_timeout=1, head_timeout=1)
-    module_servers.worker(controller, ECHO_TASK)
-    wait_routable(controller, "echo")
-    return controller
+    return echo_controller(module_servers, rejoin_grace=0, body_idle_timeout=1, head_timeout=1)
 
 
 def connect(controller: ServerProcess) -> socket.socket:
@@ -147,29 +140,10 @@ async def test_unknown_session_is_answered_before_the_body_is_read():
         await asyncio.sleep(0)
         return {"type": "http.request", "body": b"x" * 65536, "more_body": consumed < 1000}
 
-    answer: dict = {}
-
-    async def send(message: dict) -> None:
-        answer.setdefault(message["type"], message)
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/api/interact",
-        "raw_path": b"/api/interact",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"x"), (b"session_id", b"12345"), (b"content-length", b"65536000")],
-        "client": (LOOPBACK, 1),
-        "server": (LOOPBACK, 2),
-    }
-    await create_app(ControllerConfig())(scope, receive, send)
-    start = answer["http.response.start"]
-    assert start["status"] == 404
-    assert (b"connection", b"close") in start["headers"]  # the unread body is not drained
+    headers = [(b"session_id", b"12345"), (b"content-length", b"65536000")]
+    answer = await call_asgi(create_app(ControllerConfig()), "/api/interact", receive, headers)
+    assert answer.status == 404
+    assert answer.headers.get(b"connection") == b"close"  # the unread body is not drained
     assert consumed == 0
 
 
@@ -225,13 +199,15 @@ def test_memory_taken_by_huge_bodies_is_given_back(servers: EnvServers):
     for _ in range(20):
         httpx.get(controller.api + "/health", timeout=5)
     baseline = rss_mb(controller.pid)
-    # Attack: bodies of many small JSON objects that fail validation at the very end (27 MB
-    # each; the old controller stayed ~230 MB above its start after two of them).
+    # Attack: bodies of many small JSON objects that fail validation at the very end (16 MB
+    # each, just under calculate_overall's limit; the old controller stayed ~230 MB above its
+    # start after two of 27 MB).
     body = (
         b'{"name": "x", "results": ['
-        + b'{"index": "a", "history": [{"role": "user", "content": "hi"}]},' * 500_000
+        + b'{"index": "a", "history": [{"role": "user", "content": "hi"}]},' * 260_000
         + b'{"index": true}]}'
     )
+    assert OVERALL_BODY_LIMIT - (1 << 20) < len(body) <= OVERALL_BODY_LIMIT
     for _ in range(2):
         answer = httpx.post(
             controller.api + "/calculate_overall",

@@ -24,7 +24,7 @@ from agentrl_ext.env.auth import (
     load_secret,
     require_secret_beyond_loopback,
 )
-from agentrl_ext.env.controller.config import ControllerConfig
+from agentrl_ext.env.controller.config import ControllerConfig, add_config_options, config_from_options
 from agentrl_ext.env.controller.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from agentrl_ext.env.controller.service import ControllerService
 from agentrl_ext.env.protocol import (
@@ -37,7 +37,6 @@ from agentrl_ext.env.protocol import (
 )
 from agentrl_ext.env.serving import serve
 from agentrl_ext.env.web import (
-    MAX_BODY_BYTES,
     HttpError,
     Request,
     Response,
@@ -78,6 +77,10 @@ INTERACT_BODY_LIMIT = 4 * 1024 * 1024
 """Largest ``interact`` body: one agent step (a 32k-token answer is ~150 kB of JSON)."""
 HEARTBEAT_BODY_LIMIT = 16 * 1024 * 1024
 """Largest heartbeat (it lists every sample index of the task)."""
+OVERALL_BODY_LIMIT = 16 * 1024 * 1024
+"""Largest ``calculate_overall`` body: the finished samples of an evaluation with their histories
+(AgentRL's evaluator sends none; ours sends an empty list to read the task's card); the bound of
+the heartbeat, the largest body a worker sends, not the 64 MiB of the reader's default."""
 SMALL_BODY_LIMIT = 64 * 1024
 """Largest body of a call that carries no more than a session id."""
 
@@ -156,10 +159,13 @@ def create_app(
         return json_response(svc.list_sessions(request.query_params.get("name")))
 
     async def calculate_overall(request: Request) -> Response:
-        raw = await body_of(request, MAX_BODY_BYTES)
-        body = parse_json(raw, CalculateOverallRequest, "calculate_overall")
-        if not body.name:
-            raise HttpError(422, "calculate_overall needs the task 'name' in its body")
+        try:
+            raw = await body_of(request, OVERALL_BODY_LIMIT)
+            body = parse_json(raw, CalculateOverallRequest, "calculate_overall")
+            if not body.name:
+                raise HttpError(422, "calculate_overall needs the task 'name' in its body")
+        except HttpError as exc:
+            raise counted("calculate_overall", exc) from None
         status, answer = await svc.calculate_overall(body.name, raw)
         return Response(answer, status, media_type="application/json")
 
@@ -219,64 +225,10 @@ def create_app(
 
 def main(argv: list[str] | None = None) -> None:
     """``agentrl-controller --host 127.0.0.1 --port 5020``: run the centralized controller."""
-    defaults = ControllerConfig()
     parser = cli.parser("agentrl-controller", "AgentRL-compatible environment controller.")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
     parser.add_argument("--port", type=int, default=cli.DEFAULT_CONTROLLER_PORT, help="port to bind")
-    parser.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=defaults.idle_timeout_s,
-        help="seconds before an idle session is cancelled",
-    )
-    parser.add_argument(
-        "--heartbeat-timeout",
-        type=float,
-        default=defaults.heartbeat_timeout_s,
-        help="seconds without heartbeat before a worker is unhealthy",
-    )
-    parser.add_argument(
-        "--check-interval",
-        type=float,
-        default=defaults.check_interval_s,
-        help="seconds between health/expiry checks",
-    )
-    parser.add_argument(
-        "--worker-timeout",
-        type=float,
-        default=defaults.worker_request_timeout_s,
-        help="longest wait for a worker's answer, seconds",
-    )
-    parser.add_argument(
-        "--rejoin-grace",
-        type=float,
-        default=defaults.rejoin_grace_s,
-        help="seconds after start during which a task without workers gets 503 + Retry-After, not 404",
-    )
-    parser.add_argument(
-        "--body-idle-timeout",
-        type=float,
-        default=defaults.body_idle_timeout_s,
-        help="seconds a request body may send nothing before it is answered 408",
-    )
-    parser.add_argument(
-        "--head-timeout",
-        type=float,
-        default=defaults.head_timeout_s,
-        help="seconds a request head (or a silent new connection) may take before it is answered 408",
-    )
-    parser.add_argument(
-        "--shard",
-        type=int,
-        default=0,
-        help="this controller's number (0..shards-1) among several serving one worker fleet",
-    )
-    parser.add_argument(
-        "--shards",
-        type=int,
-        default=1,
-        help="how many controller processes serve the fleet; session ids are shard modulo shards",
-    )
+    add_config_options(parser)
     parser.add_argument(
         "--worker-secret-file",
         default=None,
@@ -294,17 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        config = ControllerConfig(
-            idle_timeout_s=args.idle_timeout,
-            heartbeat_timeout_s=args.heartbeat_timeout,
-            check_interval_s=args.check_interval,
-            worker_request_timeout_s=args.worker_timeout,
-            rejoin_grace_s=args.rejoin_grace,
-            body_idle_timeout_s=args.body_idle_timeout,
-            head_timeout_s=args.head_timeout,
-            shard=args.shard,
-            shards=args.shards,
-        )
+        config = config_from_options(args)
         secrets = ServiceSecrets(
             worker=load_secret(args.worker_secret_file, WORKER_SECRET_ENV),
             client=load_secret(args.client_secret_file, CLIENT_SECRET_ENV),

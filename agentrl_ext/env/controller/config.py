@@ -1,7 +1,9 @@
-"""Controller settings (one dataclass, validated when built)."""
+"""Controller settings (one dataclass, validated when built) and the ``agentrl-controller``
+options that set them (one table, :data:`CONFIG_OPTIONS`)."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, fields
 
 
@@ -94,3 +96,70 @@ class ControllerConfig:
                 f"heartbeat_timeout_s={self.heartbeat_timeout_s} or idle_timeout_s={self.idle_timeout_s}; "
                 "otherwise expiry and health checks run too late"
             )
+
+
+@dataclass(frozen=True)
+class ConfigOption:
+    """One ``agentrl-controller`` option: its flag, the :class:`ControllerConfig` field it sets
+    (type and default from the field), and its help."""
+
+    flag: str
+    field: str
+    help: str
+
+
+CONFIG_OPTIONS = (
+    ConfigOption("--idle-timeout", "idle_timeout_s", "seconds before an idle session is cancelled"),
+    ConfigOption(
+        "--heartbeat-timeout", "heartbeat_timeout_s", "seconds without heartbeat before a worker is unhealthy"
+    ),
+    ConfigOption("--check-interval", "check_interval_s", "seconds between health/expiry checks"),
+    ConfigOption(
+        "--worker-timeout", "worker_request_timeout_s", "longest wait for a worker's answer, seconds"
+    ),
+    ConfigOption(
+        "--rejoin-grace",
+        "rejoin_grace_s",
+        "seconds after start during which a task without workers gets 503 + Retry-After, not 404",
+    ),
+    ConfigOption(
+        "--body-idle-timeout",
+        "body_idle_timeout_s",
+        "seconds a request body may send nothing before it is answered 408",
+    ),
+    ConfigOption(
+        "--head-timeout",
+        "head_timeout_s",
+        "seconds a request head (or a silent new connection) may take before it is answered 408",
+    ),
+    ConfigOption(
+        "--shard", "shard", "this controller's number (0..shards-1) among several serving one worker fleet"
+    ),
+    ConfigOption(
+        "--shards",
+        "shards",
+        "how many controller processes serve the fleet; session ids are shard modulo shards",
+    ),
+)
+"""The settings ``agentrl-controller`` takes on its command line (the others keep their defaults);
+:func:`agentrl_ext.env.launcher.controller_argv` spells them as keywords (``idle_timeout=...``)."""
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """Add :data:`CONFIG_OPTIONS` to ``parser``, each with its field's type and default."""
+    defaults = ControllerConfig()
+    for option in CONFIG_OPTIONS:
+        default = getattr(defaults, option.field)
+        parser.add_argument(
+            option.flag,
+            dest=option.field,
+            metavar=option.flag.removeprefix("--").replace("-", "_").upper(),
+            type=type(default),
+            default=default,
+            help=option.help,
+        )
+
+
+def config_from_options(args: argparse.Namespace) -> ControllerConfig:
+    """The :class:`ControllerConfig` of parsed :data:`CONFIG_OPTIONS` (ValueError naming a bad value)."""
+    return ControllerConfig(**{option.field: getattr(args, option.field) for option in CONFIG_OPTIONS})

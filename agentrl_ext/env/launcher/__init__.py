@@ -5,6 +5,7 @@
     agentrl-envs up --tasks alfworld,webshop --replicas alfworld=7,webshop=2 \
         --host 0.0.0.0 --advertise-host HEAD_IP --secret-file secret.txt  # for a multi-node trainer
     agentrl-envs list                                       # the known tasks
+    agentrl-envs front --controller-url URL --worker-secret-file F  # for AgentRL's agentrl-worker
 
 ``up`` starts what the tasks need (the MariaDB server of ``scripts/mariadb.sh`` for dbbench
 unless it runs on SQLite, the private Docker engine of ``scripts/dockerd.sh`` for ``--docker``
@@ -30,6 +31,7 @@ from agentrl_ext.env.launcher.processes import (
     ServerProcess,
     controller_argv,
     free_port,
+    front_argv,
     list_workers,
     script_path,
     wait_routable,
@@ -46,6 +48,7 @@ __all__ = [
     "ServerProcess",
     "controller_argv",
     "free_port",
+    "front_argv",
     "launch_from_config",
     "list_workers",
     "main",

@@ -1,5 +1,6 @@
 """``agentrl-envs``: ``up`` starts the stack and holds it until Ctrl-C / SIGTERM; ``list`` prints
-the task catalogue."""
+the task catalogue; ``front`` serves a secret-adding front for AgentRL's own worker and evaluator
+(:mod:`agentrl_ext.env.front`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_ext import cli
-from agentrl_ext.env.launcher.processes import DEFAULT_PORT, LOOPBACK
+from agentrl_ext.env.auth import CLIENT_SECRET_ENV, WORKER_SECRET_ENV, ServiceSecrets, load_secret
+from agentrl_ext.env.front import FRONT_TIMEOUT_S, check_front, create_front_app
+from agentrl_ext.env.launcher.processes import DEFAULT_FRONT_PORT, DEFAULT_PORT, LOOPBACK
 from agentrl_ext.env.launcher.stack import EnvStack
+from agentrl_ext.env.serving import serve
 from agentrl_ext.env.tasks import SPLITS, task_specs
 
 logger = logging.getLogger(__name__)
@@ -48,8 +52,56 @@ def _parse_replicas(text: str) -> dict[str, int]:
     return out
 
 
+def _add_front_command(commands: Any) -> None:
+    front = commands.add_parser(
+        "front",
+        help="a loopback front that adds the service's secrets for agentrl-worker / agentrl-eval",
+        description="Forward every request to the controller with the secret it needs added: the "
+        "worker secret on what workers call, the client secret on the rest. Point AgentRL's "
+        "agentrl-worker (--controller) and agentrl-eval at http://127.0.0.1:PORT/api. Loopback only: "
+        "whoever reaches it acts with its secrets.",
+        formatter_class=cli.HelpFormatter,
+    )
+    front.add_argument(
+        "--controller-url", required=True, help="the controller's API base, http://HOST:PORT/api"
+    )
+    front.add_argument("--host", default=LOOPBACK, help="the loopback address to bind")
+    front.add_argument("--port", type=int, default=DEFAULT_FRONT_PORT, help="the port to bind")
+    front.add_argument(
+        "--worker-secret-file",
+        default=None,
+        help=f"the worker secret, added for agentrl-worker (default: ${WORKER_SECRET_ENV})",
+    )
+    front.add_argument(
+        "--client-secret-file",
+        default=None,
+        help=f"the client secret, added for agentrl-eval (default: ${CLIENT_SECRET_ENV})",
+    )
+    front.add_argument(
+        "--timeout",
+        type=float,
+        default=FRONT_TIMEOUT_S,
+        help="longest wait for the controller's answer, seconds",
+    )
+    front.add_argument("--log-level", default="info", help="debug, info, warning, error")
+
+
+def _serve_front(parser: Any, args: Any) -> int:
+    try:
+        secrets = ServiceSecrets(
+            worker=load_secret(args.worker_secret_file, WORKER_SECRET_ENV),
+            client=load_secret(args.client_secret_file, CLIENT_SECRET_ENV),
+        )
+        check_front(args.host, args.controller_url, secrets)
+    except ValueError as exc:
+        parser.error(str(exc))
+    logger.info("front on %s:%s -> %s (%r)", args.host, args.port, args.controller_url, secrets)
+    serve(create_front_app(args.controller_url, secrets, args.timeout), args.host, args.port, args.log_level)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``agentrl-envs up|list``."""
+    """``agentrl-envs up|list|front``."""
     defaults = cli.HelpFormatter
     parser = cli.parser("agentrl-envs", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -96,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     up.add_argument("--log-dir", type=Path, default=None, help="process logs (none: a temporary folder)")
     up.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for each worker")
+    up.add_argument(
+        "--front-port",
+        type=int,
+        default=None,
+        help="also serve a secret-adding front on 127.0.0.1:PORT for agentrl-worker / agentrl-eval "
+        "(see agentrl-envs front --help); it holds --secret-file and $AGENTRL_ENV_CLIENT_SECRET",
+    )
+    _add_front_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health poll
@@ -106,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"  expert: {row.expert or '-'}"
             )
         return 0
+    if args.command == "front":
+        return _serve_front(parser, args)
     try:
         stack = EnvStack(
             tasks=cli.tasks_of(args.tasks),
@@ -120,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             advertise_host=args.advertise_host,
             secret_file=args.secret_file,
             replicas=_parse_replicas(args.replicas),
+            front_port=args.front_port,
         )
     except ValueError as exc:
         parser.error(str(exc))

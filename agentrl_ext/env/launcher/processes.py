@@ -22,11 +22,14 @@ from typing import Any, TypeVar
 import httpx
 
 from agentrl_ext import cli
+from agentrl_ext.env.auth import CLIENT_SECRET_ENV, bearer, load_secret
 from agentrl_ext.env.protocol import API_PREFIX
 
 LOOPBACK = "127.0.0.1"
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 DEFAULT_PORT = cli.DEFAULT_CONTROLLER_PORT
+DEFAULT_FRONT_PORT = 5030
+"""Where ``agentrl-envs front`` listens by default (on 127.0.0.1)."""
 
 T = TypeVar("T")
 
@@ -217,6 +220,24 @@ def controller_argv(port: int, host: str = LOOPBACK, **options: Any) -> list[str
     return argv
 
 
+def front_argv(
+    port: int,
+    controller_api: str,
+    host: str = LOOPBACK,
+    worker_secret_file: str | None = None,
+    client_secret_file: str | None = None,
+) -> list[str]:
+    """``agentrl-envs front`` on ``host:port`` forwarding to ``controller_api``; secret files left
+    at None come from the environment (:mod:`agentrl_ext.env.front`)."""
+    argv = [sys.executable, "-m", "agentrl_ext.env.launcher", "front", "--controller-url", controller_api]
+    argv += ["--host", host, "--port", str(port)]
+    if worker_secret_file is not None:
+        argv += ["--worker-secret-file", worker_secret_file]
+    if client_secret_file is not None:
+        argv += ["--client-secret-file", client_secret_file]
+    return argv
+
+
 def worker_argv(
     task: str,
     port: int,
@@ -250,9 +271,13 @@ def worker_argv(
 
 
 def list_workers(controller: ServerProcess | str) -> dict[str, list[dict[str, Any]]]:
-    """The controller's ``list_workers`` answer (``controller``: a process or an API base URL)."""
+    """The controller's ``list_workers`` answer (``controller``: a process or an API base URL),
+    asked with the client secret of ``$AGENTRL_ENV_CLIENT_SECRET`` when set (as
+    :class:`~agentrl_ext.env.client.ControllerClient` does)."""
     api = controller.api if isinstance(controller, ServerProcess) else controller
-    return httpx.get(api + "/list_workers", timeout=5).json()
+    answer = httpx.get(api + "/list_workers", headers=bearer(load_secret(None, CLIENT_SECRET_ENV)), timeout=5)
+    answer.raise_for_status()  # a refusal is not "no workers"
+    return answer.json()
 
 
 def wait_routable(

@@ -19,6 +19,14 @@ from typing import Any
 
 import httpx
 
+from agentrl_ext.env.auth import (
+    CLIENT_SECRET_ENV,
+    WORKER_SECRET_ENV,
+    ServiceSecrets,
+    load_secret,
+    require_secret_beyond_loopback,
+)
+from agentrl_ext.env.front import check_front
 from agentrl_ext.env.launcher.containers import ContainerWorkers, _remove_worker_container
 from agentrl_ext.env.launcher.processes import (
     DEFAULT_PORT,
@@ -30,6 +38,7 @@ from agentrl_ext.env.launcher.processes import (
     api_url,
     controller_argv,
     free_port,
+    front_argv,
     list_workers,
     listening,
     wait_until,
@@ -69,6 +78,9 @@ class EnvStack(ContainerWorkers):
         ready_timeout_s: how long to wait for each worker to be healthy.
         heartbeat_interval: the workers' heartbeat interval (None: the SDK's).
         die_with_parent: workers and controller die with this process's main thread (CLI use).
+        front_port: also start a secret-adding front (:mod:`agentrl_ext.env.front`) on
+            ``127.0.0.1:front_port`` for AgentRL's ``agentrl-worker`` / ``agentrl-eval`` on this
+            host; it holds ``secret_file`` and ``$AGENTRL_ENV_CLIENT_SECRET`` (None: no front).
     """
 
     tasks: Sequence[str]
@@ -84,7 +96,9 @@ class EnvStack(ContainerWorkers):
     advertise_host: str | None = None
     secret_file: str | None = None
     replicas: dict[str, int] = field(default_factory=dict)
+    front_port: int | None = None
     controller: ServerProcess | None = field(default=None, init=False)
+    front: ServerProcess | None = field(default=None, init=False)
     workers: dict[str, ServerProcess] = field(default_factory=dict, init=False)
     containers: dict[str, Any] = field(default_factory=dict, init=False)
     services: dict[str, str] = field(default_factory=dict, init=False)
@@ -123,16 +137,18 @@ class EnvStack(ContainerWorkers):
                     "agentrl.envs.advertise_host=ADDRESS)"
                 )
             self.advertise_host = self.host
-        from agentrl_ext.env.auth import WORKER_SECRET_ENV, load_secret, require_secret_beyond_loopback
-
+        worker_secret = load_secret(self.secret_file, WORKER_SECRET_ENV)
         # the controller and the workers refuse to start without it; say so before starting anything
         require_secret_beyond_loopback(
             self.host,
-            load_secret(self.secret_file, WORKER_SECRET_ENV),
+            worker_secret,
             "agentrl-envs up",
             "--secret-file (agentrl.envs.secret_file)",
             WORKER_SECRET_ENV,
         )
+        if self.front_port is not None:  # the front refuses to start without a secret to add
+            secrets = ServiceSecrets(worker_secret, load_secret(None, CLIENT_SECRET_ENV))
+            check_front(LOOPBACK, self.api, secrets)
         if self.docker:
             missing = [n for n in self.tasks if not (SCRIPTS.parent / "envs" / n / "Dockerfile").is_file()]
             if missing:
@@ -179,6 +195,10 @@ class EnvStack(ContainerWorkers):
                 f"port {self.port} on {self.host} is in use (another agentrl-train or agentrl-envs up?); "
                 "stop it, or choose a free port (agentrl.envs.port=N, agentrl-envs up --port N)"
             )
+        if self.front_port is not None and listening(self.front_port):
+            raise RuntimeError(
+                f"port {self.front_port} on {LOOPBACK} is in use; choose another for the front (--front-port N)"
+            )
         log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="agentrl-envs-"))
         self.log_dir = log_dir
         if any(wants_mariadb(n, self.task_kwargs[n]) for n in self.tasks):
@@ -199,6 +219,16 @@ class EnvStack(ContainerWorkers):
             host=str(self.advertise_host),
         )
         self.controller.start().wait_ready(60)
+        if self.front_port is not None:
+            self.front = ServerProcess(
+                "front",
+                front_argv(self.front_port, self._local_api, worker_secret_file=self.secret_file),
+                self.front_port,
+                log_dir / "front.log",
+                die_with_parent=self.die_with_parent,
+                new_session=self.die_with_parent,
+            )
+            self.front.start().wait_ready(60)
         for name in self.tasks:
             for key in self.worker_names(name):
                 if self.docker:
@@ -291,6 +321,8 @@ class EnvStack(ContainerWorkers):
         gone = [n for n, w in self.workers.items() if not w.alive]
         if self.controller is not None and not self.controller.alive:
             gone.append("controller")
+        if self.front is not None and not self.front.alive:
+            gone.append("front")
         for name, container in self.containers.items():
             try:
                 container.reload()
@@ -316,6 +348,8 @@ class EnvStack(ContainerWorkers):
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self.front is not None:
+            self.front.stop()
         if self.controller is not None:
             self.controller.stop()
         for service in reversed(self.started_services):
@@ -326,6 +360,10 @@ class EnvStack(ContainerWorkers):
     def describe(self) -> str:
         """Where everything listens, one line each."""
         lines = [f"controller  {self.api}" + (f"  (pid {self.controller.pid})" if self.controller else "")]
+        if self.front is not None:
+            lines.append(
+                f"front       {self.front.api}  (pid {self.front.pid}; for agentrl-worker / agentrl-eval)"
+            )
         for name in self.tasks:
             for key in self.worker_names(name):
                 if key in self.workers:
