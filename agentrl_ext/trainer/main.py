@@ -189,7 +189,7 @@ def main() -> None:
         _hydra_main()
     except KeyboardInterrupt as exc:
         # everything the run started has stopped (agentrl_ext.trainer.interrupt)
-        print(f"agentrl-train: stopped by {exc or 'SIGINT'}", file=sys.stderr)
+        print(f"agentrl-train: stopped by {str(exc) or 'a signal'}", file=sys.stderr)
         raise SystemExit(INTERRUPTED_EXIT_CODE) from None
 
 
