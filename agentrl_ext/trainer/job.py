@@ -28,8 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +37,7 @@ from omegaconf import DictConfig, open_dict
 
 from agentrl_ext.config import AgentRLConfig
 from agentrl_ext.run_spec import RunSpec
+from agentrl_ext.trainer.interrupt import JobInterrupt
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +130,11 @@ def last_actor_weights(run_dir: Path) -> Path:
 def evaluate_policy(
     config: DictConfig, spec: RunSpec, controller_url: str, tasks: list[str], model: Path, label: str
 ) -> Any:
-    """Evaluate ``model`` on ``tasks`` at ``controller_url``; writes ``eval/<label>.json``."""
+    """Evaluate ``model`` on ``tasks`` at ``controller_url``; writes ``eval/<label>.json`` and, as
+    ``agentrl-eval-run --out`` does, every episode with its transcript to
+    ``eval/<label>.episodes.jsonl`` (what ``agentrl-replay`` reads)."""
     from agentrl_ext.eval import EvalSettings, evaluate
+    from agentrl_ext.eval.report import episodes_path
 
     agentrl = spec.agentrl
     settings = EvalSettings(
@@ -147,16 +149,44 @@ def evaluate_policy(
         seed=int(config.trainer.get("seed", 0) or 0),
         env_timeout_s=agentrl.agent_loop.env_timeout_s,
     )
+    summary = eval_summary_path(run_dir_of(config), label)
     report = evaluate(
-        controller_url, tasks, [str(model)], settings, limit=agentrl.eval.num_samples, label=label
+        controller_url,
+        tasks,
+        [str(model)],
+        settings,
+        limit=agentrl.eval.num_samples,
+        label=label,
+        episodes_out=episodes_path(summary),
     )
     report.settings["model_path"] = str(model)
-    report.save(run_dir_of(config) / "eval" / f"{label}.json")
+    report.save(summary)
     return report
 
 
+def eval_summary_path(run_dir: Path, label: str) -> Path:
+    """The summary of the job's evaluation ``label``: ``<run>/eval/<label>.json`` (its episodes
+    beside it: :func:`agentrl_ext.eval.report.episodes_path`)."""
+    return run_dir / "eval" / f"{label}.json"
+
+
+def _transcript_links(run_dir: Path, reports: list[Any]) -> list[str]:
+    """The report's lines that link each evaluation's episodes file, and how to replay one."""
+    from agentrl_ext.eval.report import episodes_path
+
+    lines = [
+        "Every episode with its transcript; `agentrl-replay FILE --launch --split test` re-drives them on "
+        "the held-out split (`agentrl.eval.split`):",
+        "",
+    ]
+    for report in reports:
+        path = episodes_path(eval_summary_path(run_dir, report.label)).relative_to(run_dir)
+        lines.append(f"- {report.label}: [{path}]({path})")
+    return [*lines, ""]
+
+
 @contextlib.contextmanager
-def _held_out_stack(spec: RunSpec, tasks: list[str], run_dir: Path) -> Iterator[str]:
+def _held_out_stack(spec: RunSpec, tasks: list[str], run_dir: Path, interrupt: JobInterrupt) -> Iterator[str]:
     """The controller the evaluation talks to: with ``agentrl.envs.launch``, a second stack of the
     same tasks on their held-out split (``agentrl.eval.split``), so no held-out sample can reach
     training; else ``agentrl.eval.controller_url`` (default: the agent loop's controller)."""
@@ -179,6 +209,7 @@ def _held_out_stack(spec: RunSpec, tasks: list[str], run_dir: Path) -> Iterator[
         log_dir=run_dir / "logs" / f"envs_{agentrl.eval.split}",
         ready_timeout_s=agentrl.envs.ready_timeout_s,
     )
+    interrupt.on_force(stack.stop)
     with stack:
         yield stack.api
 
@@ -193,13 +224,13 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
     agentrl = spec.agentrl
     run_dir = run_dir_of(config)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _stop_on_sigterm()
     timings: dict[str, float] = {}
     reports: list[Any] = []
     started = time.monotonic()
-    with contextlib.ExitStack() as servers:
+    # Ctrl-C / SIGTERM: the stages unwind (each stops what it started); one stuck is ended
+    with JobInterrupt() as interrupt, contextlib.ExitStack() as servers:
         with _stage("environments", timings):
-            stack = servers.enter_context(launch_from_config(agentrl))
+            stack = servers.enter_context(launch_from_config(agentrl, register_stop=interrupt.on_force))
             if stack is not None and stack.api != spec.controller_url:
                 raise RuntimeError(
                     f"the launched controller serves {stack.api}, but the run spec resolved "
@@ -209,7 +240,7 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
             tasks = _rl_tasks(config, agentrl)
             eval_tasks = list(agentrl.eval.tasks) or tasks
             eval_url = (
-                servers.enter_context(_held_out_stack(spec, eval_tasks, run_dir))
+                servers.enter_context(_held_out_stack(spec, eval_tasks, run_dir, interrupt))
                 if agentrl.eval.enable
                 else ""
             )
@@ -250,17 +281,6 @@ def run_job(config: DictConfig, run_rl: Callable[[DictConfig], None]) -> None:
                 reports.append(evaluate_policy(config, spec, eval_url, eval_tasks, model, "after_rl"))
     timings["total"] = time.monotonic() - started
     _report(run_dir, reports, timings, probe)
-
-
-def _stop_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C (the stages' ``finally`` blocks stop what they started)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def _raise(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, _raise)
 
 
 def _warm_start(
@@ -397,7 +417,7 @@ def _report(run_dir: Path, reports: list[Any], timings: dict[str, float], probe:
 
         table = render_comparison(reports)
         print("\n" + table + "\n", flush=True)
-        lines += ["## Held-out evaluation", "", table, ""]
+        lines += ["## Held-out evaluation", "", table, "", *_transcript_links(run_dir, reports)]
         plots = plot_run(run_dir)
         lines += ["## Plots", ""] + [f"- {p.relative_to(run_dir)}" for p in plots] + [""]
     lines += ["## Time per stage", ""] + [f"- {name}: {seconds:.0f} s" for name, seconds in timings.items()]

@@ -19,6 +19,7 @@ import hydra
 from omegaconf import DictConfig
 
 from agentrl_ext.trainer.checks import EarlyCheckError
+from agentrl_ext.trainer.interrupt import INTERRUPTED_EXIT_CODE, JobInterrupt
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +59,9 @@ def run(config: DictConfig) -> None:
     if job_stages_enabled(spec.agentrl):
         run_job(config, run_rl)
     else:
-        build_assets(config, spec)
-        run_rl(config)
+        with JobInterrupt():
+            build_assets(config, spec)
+            run_rl(config)
 
 
 def run_rl(config: DictConfig) -> None:
@@ -69,7 +71,17 @@ def run_rl(config: DictConfig) -> None:
     from agentrl_ext.verl_compat import run_verl_main
 
     before_verl_main(config)
-    run_verl_main(config, pre_validation_hooks=False)
+    try:
+        run_verl_main(config, pre_validation_hooks=False)
+    except KeyboardInterrupt:
+        # stop verl's Ray cluster (its actors, the agent loop's episodes) now, before the stages
+        # that started first stop what they started (the controller the episodes talk to)
+        import ray
+
+        if ray.is_initialized():
+            logger.warning("stopping verl's Ray cluster")
+            ray.shutdown()
+        raise
 
 
 @hydra.main(config_path=recipes_search_path(), config_name="cpu_smoke", version_base=None)
@@ -173,7 +185,12 @@ def main() -> None:
         check_agentrl_overrides(sys.argv[1:])
     except EarlyCheckError as exc:
         raise SystemExit(f"agentrl-train: {exc}") from None
-    _hydra_main()
+    try:
+        _hydra_main()
+    except KeyboardInterrupt as exc:
+        # everything the run started has stopped (agentrl_ext.trainer.interrupt)
+        print(f"agentrl-train: stopped by {str(exc) or 'a signal'}", file=sys.stderr)
+        raise SystemExit(INTERRUPTED_EXIT_CODE) from None
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -106,12 +107,67 @@ def test_main_job_shortened_on_cpu(tmp_path):
         assert (run / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_main_job_ctrl_c_stops_everything_on_cpu(tmp_path):
-    """SIGINT during the warm start: the SFT trainer, both controllers and every worker stop."""
+@dataclass(frozen=True)
+class Stage:
+    """How a Ctrl-C test reaches a stage of the job and sends the signal."""
+
+    overrides: tuple[str, ...]
+    #: the job's log line of the stage (its start), and of the stage after it (which must not start)
+    marker: str
+    next_marker: str
+    #: the signal goes to the job's process group (a terminal's Ctrl-C) instead of its pid
+    to_group: bool = False
+
+
+STAGES = {
+    # the stack waits for its workers: the test pauses the controller once a worker exists, so the
+    # workers cannot register and the stage cannot end before the signal (the stack resumes it)
+    "environments": Stage((), "== environments", "== RL data"),
+    "sft": Stage(("agentrl.sft.steps=500",), "== SFT warm start", "== evaluation before RL"),
+    "evaluation": Stage(
+        ("agentrl.sft.enable=false", "agentrl.eval.num_samples=100"),
+        "== evaluation before RL",
+        "== RL\n",
+        to_group=True,
+    ),
+    # during the second step: verl's console logger wrote the first one's metrics
+    "rl": Stage(
+        ("agentrl.sft.enable=false", "agentrl.eval.enable=false", "trainer.total_training_steps=50"),
+        "step:1 ",
+        "== evaluation after RL",
+    ),
+}
+
+
+def _command_line(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return ""
+
+
+def _in_stage(name: str, log_text: str, processes: list[psutil.Process]) -> bool:
+    """Whether the job is far enough into stage ``name`` to be interrupted there."""
+    commands = [_command_line(p) for p in processes]
+    if name == "environments":
+        return any("agentrl_ext.env.worker" in c for c in commands)
+    if name == "sft":  # torchrun and the trainer it started
+        return sum("verl.trainer.sft_trainer" in c for c in commands) >= 2
+    if name == "evaluation":  # episodes are being played (the progress bar is up)
+        return "evaluating:" in log_text.split(STAGES[name].marker, 1)[-1]
+    return True
+
+
+@pytest.mark.timeout(2400)  # the wait for a stage is bounded below; a busy machine is slow to get there
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_main_job_ctrl_c_stops_everything_on_cpu(tmp_path, stage):
+    """SIGINT in each stage: the job exits 130 and every process it started is gone (the
+    controllers, the workers, the SFT trainer's process group, verl's Ray cluster)."""
+    spec = STAGES[stage]
     log = tmp_path / "job.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(
-            _command(tmp_path, "agentrl.sft.steps=500"),
+            _command(tmp_path, *spec.overrides),
             cwd=tmp_path,
             env=_env(tmp_path),
             stdout=sink,
@@ -119,21 +175,36 @@ def test_main_job_ctrl_c_stops_everything_on_cpu(tmp_path):
             start_new_session=True,
         )
         children: dict[int, psutil.Process] = {}
-        deadline = time.monotonic() + 600
-        sft_running = False
-        while proc.poll() is None and time.monotonic() < deadline and not sft_running:
-            for child in _descendants(proc.pid):
-                children[child.pid] = child
-                try:
-                    sft_running |= "verl.trainer.sft_trainer" in " ".join(child.cmdline())
-                except psutil.NoSuchProcess:
-                    pass
-            time.sleep(0.5)
-        assert sft_running, log.read_text(errors="replace")[-4000:]
-        time.sleep(3)  # inside the SFT trainer's start-up
+        commands: dict[int, str] = {}  # read while they run
+        deadline = time.monotonic() + 1800  # generous: the machine may be busy
+        reached = False
+        while not reached:
+            assert proc.poll() is None, f"the job ended before stage {stage}: " + log.read_text()[-4000:]
+            assert time.monotonic() < deadline, f"stage {stage} not reached: " + log.read_text()[-4000:]
+            current = _descendants(proc.pid)
+            children.update({p.pid: p for p in current})
+            commands.update({p.pid: _command_line(p) for p in current if p.pid not in commands})
+            text = log.read_text(errors="replace")
+            reached = spec.marker in text and _in_stage(stage, text, current)
+            if not reached:
+                time.sleep(0.05)
+        if stage == "environments":
+            controller = next(p for p in current if "agentrl_ext.env.controller" in _command_line(p))
+            controller.suspend()
         children.update({p.pid: p for p in _descendants(proc.pid)})
-        assert len(children) >= 8  # 2 controllers, 6 workers, torchrun and its trainer
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=120)
-    assert proc.returncode != 0
+        if spec.to_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        # the job's own bound: 60 s to unwind, then it ends what is left (agentrl_ext.trainer.interrupt)
+        proc.wait(timeout=300)
+    out = log.read_text(errors="replace")
+    assert proc.returncode == 130, out[-6000:]
+    assert spec.next_marker not in out, f"the signal did not stop stage {stage}: " + out[-4000:]
+    started = list(commands.values())
+    assert any("agentrl_ext.env.controller" in c for c in started), started
+    if stage == "sft":
+        assert any("verl.trainer.sft_trainer" in c for c in started), started
+    if stage == "rl":
+        assert any("raylet" in c for c in started), started
     _assert_all_gone(list(children.values()))

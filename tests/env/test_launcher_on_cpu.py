@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -199,3 +200,29 @@ def test_an_address_beyond_loopback_needs_a_secret_and_an_advertised_address_on_
         EnvStack(tasks=["guess"], host="0.0.0.0", advertise_host="envs.cluster.test")
     with pytest.raises(ValueError, match=r"replicas .* must be >= 1"):
         EnvStack(tasks=["guess"], replicas={"guess": 0})
+
+
+def test_ctrl_c_while_a_server_starts_stops_that_server_on_cpu(monkeypatch, tmp_path):
+    """Ctrl-C during ``mariadb.sh start``: the server it began to start (``nohup``, not a child of
+    ours) is stopped with the rest, although its start never returned."""
+    from agentrl_ext.env.launcher import stack as stack_module
+
+    calls: list[tuple[str, ...]] = []
+
+    def fake_script(name, *args, env=None):
+        calls.append((name, *args))
+        if args == ("start",):
+            raise KeyboardInterrupt  # the signal arrives while the script waits for the server
+        return subprocess.CompletedProcess([name, *args], 1 if args == ("status",) else 0, "", "")
+
+    monkeypatch.setattr(stack_module, "_script", fake_script)
+    stack = stack_module.EnvStack(tasks=["dbbench"], port=free_port(), log_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        stack.start()
+    assert calls == [
+        ("mariadb.sh", "status"),
+        ("mariadb.sh", "install"),
+        ("mariadb.sh", "start"),
+        ("mariadb.sh", "stop"),
+    ]
+    assert stack.controller is None and not stack.workers

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,7 +246,12 @@ class EnvStack(ContainerWorkers):
         if _script(script, "status", env=env).returncode != 0:
             if name == "mariadb":
                 _script(script, "install", env=env)
-            result = _script(script, "start", env=env)
+            try:
+                result = _script(script, "start", env=env)
+            except BaseException:
+                # cut short (Ctrl-C): the server it began to start may run; stop() stops it
+                self.started_services.append(name)
+                raise
             if result.returncode != 0:
                 raise RuntimeError(f"scripts/{script} start failed:\n{result.stdout}{result.stderr}")
             self.started_services.append(name)
@@ -378,12 +383,16 @@ class EnvStack(ContainerWorkers):
 
 
 @contextmanager
-def launch_from_config(config: Any) -> Iterator[EnvStack | None]:
+def launch_from_config(
+    config: Any, register_stop: Callable[[Callable[[], None]], None] | None = None
+) -> Iterator[EnvStack | None]:
     """The stack of ``agentrl.envs`` for ``agentrl-train``: started on entry, stopped on exit.
 
     ``config``: the typed ``AgentRLConfig`` (or its ``envs`` node, an ``EnvsConfig``). Yields
     None when ``envs.launch`` is false; else the running :class:`EnvStack` (``stack.api`` is the
-    controller URL for ``agentrl.agent_loop.controller_url``).
+    controller URL for ``agentrl.agent_loop.controller_url``). ``register_stop`` is given the
+    stack's :meth:`EnvStack.stop` before the stack starts (the main job's
+    :meth:`~agentrl_ext.trainer.interrupt.JobInterrupt.on_force`).
     """
     envs = getattr(config, "envs", config)
     if not envs.launch:
@@ -401,5 +410,7 @@ def launch_from_config(config: Any) -> Iterator[EnvStack | None]:
         secret_file=envs.secret_file,
         replicas=dict(envs.replicas or {}),
     )
+    if register_stop is not None:
+        register_stop(stack.stop)
     with stack:
         yield stack
