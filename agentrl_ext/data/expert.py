@@ -72,7 +72,7 @@ DEFAULT_CARELESS_MOVE = "random"
 
 def has_careless_action(task: str, move: str = DEFAULT_CARELESS_MOVE) -> bool:
     """Whether ``task``'s expert module defines ``<move>_action`` (needed by :func:`noisy_policy`)."""
-    return callable(_from_expert_module(task, f"{move}_action"))
+    return expert_function(task, f"{move}_action") is not None
 
 
 def noisy_policy(
@@ -109,6 +109,11 @@ class ExpertEpisode:
     error: str | None = None
     #: the episode's record (``agentrl-replay`` re-drives it)
     record: Episode | None = None
+
+    @property
+    def won(self) -> bool:
+        """Ended ``completed`` with a positive reward."""
+        return self.status == SampleStatus.COMPLETED and self.reward > 0
 
 
 async def play_expert_episode(

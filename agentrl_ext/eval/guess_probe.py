@@ -20,6 +20,8 @@ from typing import Any
 
 from agentrl_ext.envs.guess.expert import expert_action
 from agentrl_ext.envs.guess.task import TOOLS, GuessTask, feedback, narrow, opening
+from agentrl_ext.eval.warm_start_probe import hf_sampler as batch_sampler
+from agentrl_ext.eval.warm_start_probe import parse_move
 
 #: ``messages`` (the conversation up to the node) -> the texts of ``samples`` sampled next turns
 Sampler = Callable[[list[dict[str, Any]]], list[str]]
@@ -56,16 +58,14 @@ def guessed_number(text: str) -> int | str:
     """The number a sampled turn guesses, read as the guess worker reads it, or :data:`BAD`
     (the worker would end the sample: no call, another tool, arguments that are not a number)."""
     from agentrl_ext.env.worker import InvalidAction
-    from agentrl_ext.env.worker.actions import parse_action
+    from agentrl_ext.env.worker.actions import ToolCall
     from agentrl_ext.envs.procedural import integer_argument
-    from agentrl_ext.rollout.transcript import parse_hermes_tool_calls
 
-    content, calls = parse_hermes_tool_calls(text)
-    action = parse_action([{"role": "assistant", "content": content, "tool_calls": calls}], ["guess"])
-    if action.problem is not None:
+    move = parse_move(text, ["guess"])
+    if move is None:
         return BAD
     try:
-        return integer_argument(action.tool_calls[0], "number")
+        return integer_argument(ToolCall(None, *move), "number")
     except InvalidAction:
         return BAD
 
@@ -94,36 +94,10 @@ def probe(
 def hf_sampler(
     checkpoint: str | Path, samples: int, temperature: float, max_tokens: int, seed: int
 ) -> Sampler:
-    """Samples next turns from a local HF checkpoint with ``generate`` (greedy at temperature 0)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from agentrl_ext.rollout.transcript import render
-
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
-    generator = torch.Generator().manual_seed(seed)
-    # the whole distribution, as the rollout samples it (transformers would cut it to the top 50)
-    decoding = (
-        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-        if temperature > 0
-        else {"do_sample": False}
-    )
-
-    def sample(messages: list[dict[str, Any]]) -> list[str]:
-        ids = render(tokenizer, messages, TOOLS, add_generation_prompt=True)
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
-        with torch.no_grad():
-            out = model.generate(
-                torch.tensor([ids] * (samples if temperature > 0 else 1)),
-                **decoding,
-                max_new_tokens=max_tokens,
-                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-            )
-        texts = [str(tokenizer.decode(row[len(ids) :], skip_special_tokens=True)) for row in out]
-        return texts if temperature > 0 else texts * samples
-
-    return sample
+    """Samples next turns from a local HF checkpoint (greedy at temperature 0): the warm-start
+    probe's sampler (:func:`agentrl_ext.eval.warm_start_probe.hf_sampler`) on guess's tools."""
+    batch = batch_sampler(checkpoint, samples, temperature, max_tokens=max_tokens, seed=seed)
+    return lambda messages: batch([(messages, TOOLS)])[0]
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -39,14 +39,13 @@ from agentrl_ext.data.expert import (
     expert_policy,
     play_expert_episodes,
 )
-from agentrl_ext.env.protocol import SampleStatus
 
 #: contexts ``[(messages, tools), ...]`` -> for each, the texts of its sampled next turns
 Sampler = Callable[[Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]]]]], list[list[str]]]
 #: ``(messages, name, arguments)`` -> consistent with all the environment said
 FeasibleCheck = Callable[[list[dict[str, Any]], str, dict[str, Any]], bool]
 
-__all__ = ["ProbeResult", "Room", "format_report", "measure_room", "probe_moves", "run_probe"]
+__all__ = ["ProbeResult", "Room", "format_report", "measure_room", "probe_moves", "report_json", "run_probe"]
 
 
 @dataclass
@@ -80,10 +79,6 @@ class ProbeResult:
     opening_expert: float
 
 
-def _won(episode: ExpertEpisode) -> bool:
-    return episode.status == SampleStatus.COMPLETED and episode.reward > 0
-
-
 async def _play(
     controller_url: str, task: str, indices: Sequence[Any], runs: int, epsilon: float, move: str, seed: int
 ) -> list[ExpertEpisode]:
@@ -111,8 +106,8 @@ def measure_room(
     room = Room(
         task,
         len(demonstrated),
-        sum(map(_won, demonstrated)) / len(demonstrated),
-        sum(map(_won, expert)) / len(expert),
+        sum(e.won for e in demonstrated) / len(demonstrated),
+        sum(e.won for e in expert) / len(expert),
     )
     return room, demonstrated
 
@@ -269,6 +264,11 @@ def run_probe(
     return rooms, probes
 
 
+def report_json(rooms: Sequence[Room], probes: Sequence[ProbeResult]) -> str:
+    """Both tables as JSON text (``eval/warm_start_probe.json`` in a run folder)."""
+    return json.dumps({"rooms": [asdict(r) for r in rooms], "probes": [asdict(p) for p in probes]}, indent=1)
+
+
 def format_report(rooms: Sequence[Room], probes: Sequence[ProbeResult]) -> str:
     """Two markdown tables: the room per task, the probe per task."""
     lines = [
@@ -333,9 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(format_report(rooms, probes))
     if args.out is not None:
-        args.out.write_text(
-            json.dumps({"rooms": [asdict(r) for r in rooms], "probes": [asdict(p) for p in probes]}, indent=1)
-        )
+        args.out.write_text(report_json(rooms, probes))
     return 0
 
 

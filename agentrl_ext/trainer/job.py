@@ -337,16 +337,15 @@ def _probe_warm_start(
     """The room each task leaves RL and what the warm-started model reads (``warm_start_probe``),
     on the held-out seeds; written to ``eval/warm_start_probe.json``, returned as markdown."""
     import asyncio
-    import json
-    from dataclasses import asdict
 
     from agentrl_ext.data.expert import experts
     from agentrl_ext.data.multitask import fetch_indices
-    from agentrl_ext.eval.warm_start_probe import format_report, run_probe
+    from agentrl_ext.eval.warm_start_probe import format_report, report_json, run_probe
 
     probed = [t for t in tasks if t in experts()]
     if not probed:
         return ""
+    noise, moves, _ = _demonstrators(agentrl, probed, experts())
     indices = asyncio.run(fetch_indices(eval_url, probed))
     limit = agentrl.eval.num_samples
     rooms, probes = run_probe(
@@ -354,17 +353,15 @@ def _probe_warm_start(
         str(config.actor_rollout_ref.model.path),
         probed,
         {t: list(i)[:limit] if limit else list(i) for t, i in indices.items()},
-        dict(agentrl.sft.expert_noise),
-        dict(agentrl.sft.careless_move),
+        noise,
+        moves,
         runs=agentrl.sft.probe_runs,
         temperature=agentrl.eval.temperature,
         seed=int(config.trainer.get("seed", 0) or 0),
     )
     out = run_dir / "eval" / "warm_start_probe.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps({"rooms": [asdict(r) for r in rooms], "probes": [asdict(p) for p in probes]}, indent=1)
-    )
+    out.write_text(report_json(rooms, probes))
     table = format_report(rooms, probes)
     print("\nThe warm start, before RL (held-out seeds):\n" + table + "\n", flush=True)
     return table

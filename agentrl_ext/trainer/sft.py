@@ -109,12 +109,8 @@ def expert_rows(
         )
     )
     within_rules = (SampleStatus.COMPLETED, SampleStatus.TASK_LIMIT_REACHED)
-    kept = [
-        e
-        for e in episodes
-        if (e.status == SampleStatus.COMPLETED and e.reward > 0) or (keep_lost and e.status in within_rules)
-    ]
-    won = sum(1 for e in episodes if e.status == SampleStatus.COMPLETED and e.reward > 0)
+    kept = [e for e in episodes if e.won or (keep_lost and e.status in within_rules)]
+    won = sum(e.won for e in episodes)
     if len(kept) < len(episodes):
         logger.warning(
             "%s: the expert lost %d of %d episodes; they are left out",
