@@ -101,7 +101,7 @@ def test_the_job_writes_no_controller_url_into_verl_s_config_mid_run_on_cpu(tmp_
     seen = {}
 
     @contextlib.contextmanager
-    def fake_stack(_agentrl):
+    def fake_stack(_agentrl, register_stop=None):  # launch_from_config's signature
         yield SimpleNamespace(api=stack_api)
 
     def record(rl_config):
