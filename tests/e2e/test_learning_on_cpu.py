@@ -48,18 +48,15 @@ def learning_command(run_dir: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "agentrl_ext.trainer.main", "--config-name", "cpu_multitask",
         f"agentrl.envs.port={free_port()}",
+        # the main job's design (the recipe): guess 1..3 in 2 guesses with the range shown, the
+        # compact tool prompt, a warm start from feasible demonstrations, lost ones kept; here on
+        # guess alone
         "agentrl.envs.tasks=[guess]",
-        "++agentrl.envs.task_kwargs={guess: {high: 3, max_turns: 2, show_range: true}}",
         # a small model: the pipeline is under test, not the model's capacity
         "agentrl.assets.tiny_model_spec={hidden_size: 64, num_layers: 2, intermediate_size: 192, num_kv_heads: 4}",
         "agentrl.assets.tokenizer_expert_episodes=8",
-        # the short tool prompt: fewer tokens to attend over, so SFT learns to read the answer sooner
-        "agentrl.assets.tiny_chat_template=compact",
-        # the warm start: a guess inside the range left, at random, won or lost
         "agentrl.sft.episodes_per_task=400", "agentrl.sft.steps=700", "agentrl.sft.batch_size=16",
-        "agentrl.sft.micro_batch_size=16", "agentrl.sft.lr=2e-3", "agentrl.sft.lr_scheduler=constant",
-        "++agentrl.sft.expert_noise={guess: 1.0}", "++agentrl.sft.careless_move={guess: feasible}",
-        "agentrl.sft.keep_lost=true",
+        "agentrl.sft.micro_batch_size=16", "agentrl.sft.lr=2e-3",
         "agentrl.eval.enable=false",
         "agentrl.cross_policy.enable=false",
         f"trainer.total_training_steps={STEPS}", "trainer.save_freq=-1",
