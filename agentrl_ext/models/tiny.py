@@ -83,6 +83,10 @@ class TinyModelSpec:
     num_kv_heads: int = 2
     intermediate_size: int = 128
     max_position_embeddings: int = 4096
+    #: the embedding's rows are ``len(tokenizer)`` rounded up to a multiple of this; the padded rows
+    #: are never a token, but an untrained model gives them probability, which verl's vLLM rollout
+    #: masks and its FSDP actor does not (docs/cpu_backend.md): 1 pads nothing
+    vocab_multiple: int = _VOCAB_MULTIPLE
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -194,7 +198,7 @@ def build_model(
     endoftext_id = _token_id(tokenizer, ENDOFTEXT)
     im_end_id = _token_id(tokenizer, IM_END)
     config = Qwen2Config(
-        vocab_size=_round_up(len(tokenizer), _VOCAB_MULTIPLE),
+        vocab_size=_round_up(len(tokenizer), spec.vocab_multiple),
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_layers,
@@ -232,6 +236,7 @@ def build_tiny_model(
     num_kv_heads: int = TinyModelSpec.num_kv_heads,
     intermediate_size: int = TinyModelSpec.intermediate_size,
     max_position_embeddings: int = TinyModelSpec.max_position_embeddings,
+    vocab_multiple: int = TinyModelSpec.vocab_multiple,
     extra_corpus: Sequence[str] = (),
     chat_template: str = "qwen25",
 ) -> Path:
@@ -251,6 +256,7 @@ def build_tiny_model(
         num_kv_heads=num_kv_heads,
         intermediate_size=intermediate_size,
         max_position_embeddings=max_position_embeddings,
+        vocab_multiple=vocab_multiple,
     )
     out = Path(out_dir)
     started = time.perf_counter()

