@@ -41,8 +41,10 @@ def _setup(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _hash() -> str:
-    # what the script stamps: the first 16 hex digits of sha256(setup.cfg + setup.py)
-    data = (REPO / "setup.cfg").read_bytes() + (REPO / "setup.py").read_bytes()
+    # what the script stamps: the first 16 hex digits of sha256(setup.cfg + setup.py + vLLM's list)
+    data = b"".join(
+        (REPO / name).read_bytes() for name in ("setup.cfg", "setup.py", "scripts/vllm-cpu-requirements.txt")
+    )
     return hashlib.sha256(data).hexdigest()[:16]
 
 
@@ -57,7 +59,7 @@ def test_unknown_profile_is_named_and_nothing_is_created(tmp_path):
 def test_a_full_set_up_covers_the_train_profile(tmp_path):
     venv = _stand_in_venv(tmp_path)
     (venv / f".agentrl-setup-{_hash()}-full").touch()
-    for args in ((), ("train",)):
+    for args in ((), ("train",), ("vllm",)):
         done = _setup(venv, *args)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "venv up to date" in done.stdout, done.stdout + done.stderr
@@ -69,6 +71,17 @@ def test_a_train_set_up_does_not_cover_the_full_one(tmp_path):
     done = _setup(venv, "train")
     assert "venv up to date" in done.stdout, done.stdout + done.stderr
     # the full profile would install: the stand-in stops it at its first pip call
+    done = _setup(venv)
+    assert "venv up to date" not in done.stdout
+    assert done.returncode == 7, done.stdout + done.stderr
+
+
+def test_a_vllm_set_up_covers_train_but_not_the_full_one(tmp_path):
+    venv = _stand_in_venv(tmp_path)
+    (venv / f".agentrl-setup-{_hash()}-vllm").touch()
+    for args in (("vllm",), ("train",)):
+        done = _setup(venv, *args)
+        assert "venv up to date" in done.stdout, done.stdout + done.stderr
     done = _setup(venv)
     assert "venv up to date" not in done.stdout
     assert done.returncode == 7, done.stdout + done.stderr

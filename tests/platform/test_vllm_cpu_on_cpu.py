@@ -236,3 +236,76 @@ def test_a_weight_sync_lands_in_vllm_token_for_token_on_cpu(vllm_engine):
 def test_lora_sync_is_refused_with_the_fix_on_cpu():
     with pytest.raises(NotImplementedError, match="lora.merge=true"):
         CPUvLLMWorkerExtension.update_weights_from_ipc(None, peft_config={"r": 8})  # type: ignore[arg-type]
+
+
+# --- the GPU recipes' rollout settings on verl's vLLM path ----------------------------------------
+
+GPU_RECIPES = ("gpu_qwen2.5_7b_fsdp_vllm", "gpu_qwen2.5_14b_fsdp_sglang", "gpu_qwen2.5_32b_megatron")
+
+
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_gpu_recipe_rollout_settings_reach_vllms_engine_on_cpu(recipe, tmp_path, monkeypatch):
+    """Each GPU recipe with only the device and the model changed (the tiny model, TP 1, the CPU
+    platform's defaults; the SGLang recipe switched to vLLM as its header says): verl's vLLM server
+    turns its rollout settings into vLLM serve arguments, and vLLM 0.32 parses them and builds its
+    engine configuration from them (everything but loading the model)."""
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import HFModelConfig
+    from verl.workers.rollout.replica import RolloutMode
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    from agentrl_ext.platform.cpu_defaults import apply_cpu_defaults
+    from agentrl_ext.trainer.main import recipes_dir
+
+    with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
+        config = compose(
+            config_name=recipe,
+            overrides=[
+                f"agentrl.cache_dir={tmp_path}",
+                # a Qwen2.5's context, so that the recipe's lengths fit
+                f"actor_rollout_ref.model.path={tiny_model_path(**VLLM_CPU_SIZES, max_position_embeddings=32768)}",
+                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            ],
+        )
+    apply_cpu_defaults(config)
+    recipe_rollout = config.actor_rollout_ref.rollout
+    rollout = omega_conf_to_dataclass(recipe_rollout)
+    model = omega_conf_to_dataclass(config.actor_rollout_ref.model, dataclass_type=HFModelConfig)
+
+    captured: dict = {}
+
+    async def run_server(self, args) -> None:  # everything launch_server does, up to the engine
+        captured["args"] = args
+
+    monkeypatch.setattr(CPUvLLMHttpServer, "run_server", run_server)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        server = CPUvLLMHttpServer(
+            config=rollout,
+            model_config=model,
+            rollout_mode=RolloutMode.HYBRID,
+            workers=[None],
+            replica_rank=0,
+            node_rank=0,
+            gpus_per_node=1,
+            nnodes=1,
+            cuda_visible_devices="0",
+        )
+        asyncio.run(server.launch_server())
+    finally:
+        ray.shutdown()
+    engine_args = AsyncEngineArgs.from_cli_args(captured["args"])
+    vllm_config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+    assert engine_args.gpu_memory_utilization == recipe_rollout.gpu_memory_utilization
+    assert vllm_config.model_config.max_model_len == rollout.max_model_len
+    assert vllm_config.scheduler_config.max_num_seqs == recipe_rollout.max_num_seqs
+    assert vllm_config.cache_config.enable_prefix_caching == recipe_rollout.enable_prefix_caching
+    assert vllm_config.model_config.logprobs_mode == recipe_rollout.logprobs_mode
+    assert vllm_config.parallel_config.tensor_parallel_size == 1
+    # the recipe's sampling settings become vLLM's default generation config
+    defaults = vllm_config.model_config.get_diff_sampling_param()
+    assert defaults["temperature"] == recipe_rollout.temperature
+    assert defaults["max_tokens"] == recipe_rollout.response_length

