@@ -51,14 +51,18 @@ MIN_GAIN = 0.1
 BREAKS = ("negate_advantages", "zero_loss_mask")
 #: the rollout the learning run uses: ``hf`` (the suite's), or ``vllm`` by hand (AGENTRL_LEARNING_ROLLOUT)
 ROLLOUT = os.environ.get("AGENTRL_LEARNING_ROLLOUT", "hf")
+#: the learning run's model: hidden 64, 2 layers (the pipeline is under test, not the capacity)
+MODEL = (
+    "agentrl.assets.tiny_model_spec={hidden_size: 64, num_layers: 2, intermediate_size: 192, num_kv_heads: 4}"
+)
 ROLLOUT_OVERRIDES = {
-    "hf": [
-        "agentrl.assets.tiny_model_spec={hidden_size: 64, num_layers: 2, intermediate_size: 192, num_kv_heads: 4}"
-    ],
+    "hf": [MODEL],
     "vllm": [
         "actor_rollout_ref.rollout.name=vllm",
-        "agentrl.assets.tiny_model_spec={hidden_size: 64, num_layers: 2, intermediate_size: 192, "
-        "num_heads: 2, num_kv_heads: 2, vocab_multiple: 1}",
+        MODEL,
+        "+agentrl.assets.tiny_model_spec.num_heads=2",
+        "agentrl.assets.tiny_model_spec.num_kv_heads=2",
+        "+agentrl.assets.tiny_model_spec.vocab_multiple=1",
     ],
 }
 
