@@ -38,9 +38,6 @@ from agentrl_ext.verl_compat import workers_without_accelerators
 
 logger = logging.getLogger(__name__)
 
-#: the rollout name this module serves on CPU (verl's own name: recipes need no change)
-ROLLOUT_NAME = "vllm"
-
 
 class CPUvLLMWorkerExtension(vLLMColocateWorkerExtension):
     """verl's worker extension, with weight updates through vLLM's in-place reload."""
