@@ -205,6 +205,12 @@ def test_keep_lost_keeps_the_demonstrations_lost_within_the_rules_on_cpu(tmp_pat
         url = servers.controller_url
         won = expert_rows(url, "calc", 40, epsilon=1.0, move="feasible")
         every = expert_rows(url, "calc", 40, epsilon=1.0, move="feasible", keep_lost=True)
+        # the same through write_expert_dataset, which the job calls: the option must reach the rows
+        careless = {"noise": {"calc": 1.0}, "moves": {"calc": "feasible"}}
+        [kept_file] = write_expert_dataset(url, ["calc"], 40, tmp_path / "kept", keep_lost=True, **careless)
+        [won_file] = write_expert_dataset(url, ["calc"], 40, tmp_path / "won", **careless)
+    assert len(pd.read_parquet(kept_file)) == 40
+    assert len(pd.read_parquet(won_file)) == len(won)
     # the feasible calc demonstrator picks the wrong grouping half the time: some of 40 lose
     assert len(every) == 40 and 0 < len(won) < 40
     answers = [
@@ -222,6 +228,49 @@ def test_keep_lost_keeps_the_demonstrations_lost_within_the_rules_on_cpu(tmp_pat
         ).groups()
         lost += answer != eval(f"({a} {op1} {b}) {op2} {c}")  # the problem's value, by Python
     assert lost == 40 - len(won)
+
+
+@pytest.mark.parametrize("keep_lost", [True, False])
+def test_the_job_passes_its_sft_options_to_the_expert_dataset_on_cpu(tmp_path, monkeypatch, keep_lost):
+    """``agentrl.sft.*`` -> ``write_expert_dataset``'s arguments, each to its own (keep_lost both ways)."""
+    from omegaconf import OmegaConf
+
+    from agentrl_ext.config import AgentRLConfig
+    from agentrl_ext.trainer import job, sft
+
+    calls = []
+
+    def write(url, tasks, episodes_per_task, out_dir, **options):
+        calls.append({"url": url, "tasks": tasks, "episodes": episodes_per_task, "out": out_dir, **options})
+        return [tmp_path / "calc.parquet"]
+
+    monkeypatch.setattr(sft, "write_expert_dataset", write)
+    monkeypatch.setattr(sft, "run_sft", lambda *args, **kwargs: tmp_path / "weights")
+    agentrl = AgentRLConfig.from_config(
+        {
+            "sft": {
+                "enable": True,
+                "tasks": ["calc"],
+                "episodes_per_task": 23,
+                "seed": 7,
+                "keep_lost": keep_lost,
+                "expert_noise": {"calc": 0.4},
+                "careless_move": {"calc": "feasible"},
+            }
+        }
+    )
+    config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": str(tmp_path)}}})
+    job._warm_start(config, agentrl, "http://127.0.0.1:9/api", ["calc", "guess"], tmp_path)
+    [call] = calls
+    assert call["keep_lost"] is keep_lost
+    assert (call["url"], call["tasks"], call["episodes"], call["seed"]) == (
+        "http://127.0.0.1:9/api",
+        ["calc"],
+        23,
+        7,
+    )
+    assert (call["noise"], call["moves"]) == ({"calc": 0.4}, {"calc": "feasible"})
+    assert config.actor_rollout_ref.model.path == str(tmp_path / "weights")
 
 
 def test_sft_child_gets_every_core_on_the_cpu_platform_on_cpu(monkeypatch):
