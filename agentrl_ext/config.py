@@ -290,6 +290,17 @@ class EnvsConfig(Freezable):
     task_kwargs: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
     #: seconds to wait for each worker to become healthy
     ready_timeout_s: float = 300.0
+    #: where the controller and the workers run: local (processes or containers on the trainer's
+    #: node) or ray (Ray actors on the cluster's nodes offering ray_resource; docs/environment_service.md)
+    placement: str = "local"
+    #: placement ray: the Ray cluster (auto: $RAY_ADDRESS or the one on this node; give verl's
+    #: ray_kwargs.ray_init.address the same)
+    ray_address: str = "auto"
+    #: placement ray: the custom resource a node offers per task worker (ray start --resources '{"agentrl_env": 8}')
+    ray_resource: str = "agentrl_env"
+    #: placement ray: workers per task on every node offering ray_resource, also on nodes that join,
+    #: e.g. {guess: 2} (instead of the one default worker; replicas still adds spread workers)
+    per_node: Dict[str, int] = field(default_factory=dict)  # noqa: UP006
 
     def __post_init__(self) -> None:
         from agentrl_ext.env.tasks import SPLITS, task_specs
@@ -307,6 +318,19 @@ class EnvsConfig(Freezable):
                 raise ValueError(f"agentrl.envs: unknown task {name!r}; known tasks: {known}")
         if self.split not in SPLITS:
             raise ValueError(f"agentrl.envs.split={self.split!r}; expected one of {SPLITS}")
+        if self.placement not in ("local", "ray"):
+            raise ValueError(f"agentrl.envs.placement={self.placement!r}; expected local or ray")
+        if self.per_node and self.placement != "ray":
+            raise ValueError(
+                f"agentrl.envs.per_node={dict(self.per_node)} places workers on Ray nodes; set agentrl.envs.placement=ray"
+            )
+        bad = {
+            name: n for name, n in (self.per_node or {}).items() if n < 1 or name not in (self.tasks or [])
+        }
+        if bad:
+            raise ValueError(
+                f"agentrl.envs.per_node {bad}: each count must be >= 1 and name a task of agentrl.envs.tasks"
+            )
         if not 0 < self.port < 65536:
             raise ValueError(f"agentrl.envs.port={self.port} is not a TCP port")
         if self.ready_timeout_s <= 0:

@@ -45,12 +45,21 @@ class TaskSpec:
     benchmark data directory, :mod:`agentrl_ext.env.data_files`; mounted into its container)."""
     expert: str | None = None
     """Its scripted expert policy, ``module:function`` (``expert_action(messages)``), if it has one."""
+    worker_cpus: float = 1.0
+    """CPUs one worker needs (``placement: ray`` asks Ray for them; per-session containers have their own limits)."""
+    worker_memory_mb: int = 512
+    """Memory one worker needs, MiB (``placement: ray`` asks Ray for it)."""
 
     def __post_init__(self) -> None:
         if ":" not in self.task_class:
             raise ValueError(f"task {self.name!r}: task_class {self.task_class!r} must be 'module:Class'")
         if self.expert is not None and ":" not in self.expert:
             raise ValueError(f"task {self.name!r}: expert {self.expert!r} must be 'module:function'")
+        if not (self.worker_cpus > 0 and self.worker_memory_mb > 0):
+            raise ValueError(
+                f"task {self.name!r}: worker_cpus={self.worker_cpus} and worker_memory_mb={self.worker_memory_mb} "
+                "must be positive"
+            )
         unknown = sorted(set(self.needs) - set(SERVICES)) + sorted(set(self.splits) - set(SPLITS))
         if unknown:
             raise ValueError(

@@ -46,7 +46,9 @@ def apply_cpu_defaults(config: DictConfig, explicit: set[str] | frozenset[str] =
 
     change("trainer.device", "cpu", "no CUDA device here", works=False)
     num_cpus = config.ray_kwargs.ray_init.get("num_cpus")
-    if num_cpus is None or num_cpus < MIN_RAY_CPUS:
+    address = config.ray_kwargs.ray_init.get("address")
+    joins_a_cluster = address not in (None, "", "local")  # Ray refuses num_cpus when it connects
+    if not joins_a_cluster and (num_cpus is None or num_cpus < MIN_RAY_CPUS):
         wanted = max(MIN_RAY_CPUS, os.cpu_count() or 1)
         change(
             "ray_kwargs.ray_init.num_cpus",

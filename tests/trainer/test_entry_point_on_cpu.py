@@ -197,6 +197,18 @@ def test_cpu_defaults_replace_gpu_defaults_only_on_cpu():
     assert explicit.ray_kwargs.ray_init.num_cpus == 12
 
 
+def test_joining_a_ray_cluster_keeps_rays_cpus_on_cpu():
+    """With ``ray_kwargs.ray_init.address`` set (the fleet's cluster, agentrl.envs.placement=ray),
+    the CPU defaults leave num_cpus alone: Ray refuses it when connecting."""
+    config = _compose("cpu_smoke", ["+ray_kwargs.ray_init.address=127.0.0.1:6379"])
+    changes = apply_cpu_defaults(config)
+    assert config.ray_kwargs.ray_init.get("num_cpus") is None
+    assert not [c for c in changes if c.startswith("ray_kwargs.ray_init.num_cpus")]
+    assert any(
+        c.startswith("ray_kwargs.ray_init.num_cpus") for c in apply_cpu_defaults(_compose("cpu_smoke"))
+    )
+
+
 def test_cpu_defaults_are_logged_old_to_new_on_cpu(caplog):
     config = _compose("cpu_smoke", ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
     with caplog.at_level("WARNING", logger="agentrl_ext.platform.cpu_defaults"):

@@ -16,7 +16,7 @@ from agentrl_ext import cli
 from agentrl_ext.env.auth import CLIENT_SECRET_ENV, WORKER_SECRET_ENV, ServiceSecrets, load_secret
 from agentrl_ext.env.front import FRONT_TIMEOUT_S, check_front, create_front_app
 from agentrl_ext.env.launcher.processes import DEFAULT_FRONT_PORT, DEFAULT_PORT, LOOPBACK
-from agentrl_ext.env.launcher.stack import EnvStack
+from agentrl_ext.env.launcher.stack import READY_LINE, EnvStack
 from agentrl_ext.env.serving import serve
 from agentrl_ext.env.tasks import SPLITS, task_specs
 
@@ -41,15 +41,76 @@ def _parse_kwargs(values: list[str]) -> dict[str, dict[str, Any]]:
     return parsed
 
 
-def _parse_replicas(text: str) -> dict[str, int]:
+def _parse_replicas(text: str, option: str = "--replicas") -> dict[str, int]:
     """``alfworld=7,webshop=2`` -> ``{"alfworld": 7, "webshop": 2}``."""
     out: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, count = item.partition("=")
         if not count.strip().isdigit():
-            raise ValueError(f"--replicas {text!r}: {item!r} is not TASK=N (N a whole number >= 1)")
+            raise ValueError(f"{option} {text!r}: {item!r} is not TASK=N (N a whole number >= 1)")
         out[name.strip()] = int(count)
     return out
+
+
+def _parse_controller_options(values: list[str]) -> dict[str, float]:
+    """``heartbeat_timeout=10`` -> ``{"heartbeat_timeout": 10.0}`` (agentrl-controller's options)."""
+    from agentrl_ext.env.controller.config import CONFIG_OPTIONS
+
+    known = {option.flag.removeprefix("--").replace("-", "_") for option in CONFIG_OPTIONS} - {
+        "shard",
+        "shards",
+    }
+    out: dict[str, float] = {}
+    for value in values:
+        key, _, number = value.partition("=")
+        key = key.strip().removeprefix("--").replace("-", "_")
+        if key not in known:
+            raise ValueError(f"--controller-option {value!r}: {key!r} is none of {sorted(known)}")
+        try:
+            out[key] = float(number)
+        except ValueError:
+            raise ValueError(f"--controller-option {value!r}: not NAME=SECONDS") from None
+    return out
+
+
+def _add_ray_options(up: Any) -> None:
+    from agentrl_ext.env.launcher.ray_fleet import ENV_RESOURCE, PLACEMENTS
+
+    up.add_argument(
+        "--placement",
+        default="local",
+        choices=PLACEMENTS,
+        help="local: processes (or containers) on this host; ray: Ray actors on the cluster's nodes that "
+        "offer the --ray-resource (docs/environment_service.md#the-fleet-on-ray)",
+    )
+    up.add_argument(
+        "--ray-address", default="auto", help="placement ray: the cluster (auto: $RAY_ADDRESS or this node's)"
+    )
+    up.add_argument(
+        "--ray-resource",
+        default=ENV_RESOURCE,
+        help="placement ray: the custom resource a node offers per task worker",
+    )
+    up.add_argument(
+        "--per-node",
+        default="",
+        metavar="TASK=N[,TASK=N...]",
+        help="placement ray: workers per task on every node offering the resource, also nodes that join "
+        "(instead of one --replicas worker, unless --replicas names the task too)",
+    )
+    up.add_argument(
+        "--shards", type=int, default=1, help="placement ray: controller processes (shard k on --port + k)"
+    )
+    up.add_argument(
+        "--controller-option",
+        action="append",
+        default=[],
+        metavar="NAME=SECONDS",
+        help="an agentrl-controller option, e.g. heartbeat_timeout=10",
+    )
+    up.add_argument(
+        "--heartbeat-interval", type=float, default=None, help="the workers' heartbeat interval (default 8 s)"
+    )
 
 
 def _add_front_command(commands: Any) -> None:
@@ -155,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also serve a secret-adding front on 127.0.0.1:PORT for agentrl-worker / agentrl-eval "
         "(see agentrl-envs front --help); it holds --secret-file and $AGENTRL_ENV_CLIENT_SECRET",
     )
+    _add_ray_options(up)
     _add_front_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -183,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
             secret_file=args.secret_file,
             replicas=_parse_replicas(args.replicas),
             front_port=args.front_port,
+            placement=args.placement,
+            ray_address=args.ray_address,
+            ray_resource=args.ray_resource,
+            per_node=_parse_replicas(args.per_node, "--per-node"),
+            shards=args.shards,
+            controller_options=_parse_controller_options(args.controller_option),
+            heartbeat_interval=args.heartbeat_interval,
         )
     except ValueError as exc:
         parser.error(str(exc))
@@ -204,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                     "agentrl-build-dataset refuses to build a training set from it (--allow-held-out overrides)",
                     flush=True,
                 )
-            print(f"agentrl-envs: ready ({', '.join(stack.tasks)}); Ctrl-C stops everything", flush=True)
+            print(f"{READY_LINE} ({', '.join(stack.tasks)}); Ctrl-C stops everything", flush=True)
             while not (dead := stack.dead()):
                 time.sleep(0.5)
             logger.error(

@@ -37,10 +37,10 @@ SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
 """``scripts/`` of the source tree (mariadb.sh, dockerd.sh, build_task_image.sh)."""
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
+def free_port(host: str = LOOPBACK) -> int:
+    """A free TCP port on ``host`` (an IPv4 address; 127.0.0.1 by default)."""
     with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -188,14 +188,14 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
 
-    def stop(self) -> None:
-        """Graceful stop (SIGTERM, resuming a paused process first); SIGKILL after 10 s."""
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Graceful stop (SIGTERM, resuming a paused process first); SIGKILL after ``timeout_s``."""
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGCONT)
         self.proc.terminate()
         try:
-            self.proc.wait(10)
+            self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)

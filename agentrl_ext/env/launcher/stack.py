@@ -8,8 +8,10 @@ it, last started first, the servers it started itself and not those it found run
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -44,9 +46,13 @@ from agentrl_ext.env.launcher.processes import (
     wait_until,
     worker_argv,
 )
+from agentrl_ext.env.launcher.ray_fleet import ENV_RESOURCE, PLACEMENTS, RayFleet
 from agentrl_ext.env.tasks import task_spec, task_specs
 
 logger = logging.getLogger(__name__)
+
+READY_LINE = "agentrl-envs: ready"
+"""What ``agentrl-envs up`` prints once every worker is routable."""
 
 
 def wants_mariadb(name: str, kwargs: dict[str, Any]) -> bool:
@@ -81,6 +87,18 @@ class EnvStack(ContainerWorkers):
         front_port: also start a secret-adding front (:mod:`agentrl_ext.env.front`) on
             ``127.0.0.1:front_port`` for AgentRL's ``agentrl-worker`` / ``agentrl-eval`` on this
             host; it holds ``secret_file`` and ``$AGENTRL_ENV_CLIENT_SECRET`` (None: no front).
+        placement: ``local`` (processes or containers on this host) or ``ray``: the controllers
+            and workers as Ray actors on the cluster at ``ray_address``, workers on the nodes
+            offering ``ray_resource`` (:mod:`.ray_fleet`); the nodes run the servers their tasks
+            need themselves.
+        shards: controller processes (``ray`` placement; shard k on ``port + k``).
+        per_node: ``ray`` placement: workers per task on every node offering ``ray_resource``, on
+            top of ``replicas`` (nodes that join get theirs too).
+        controller_options: more ``agentrl-controller`` options, e.g. ``{"heartbeat_timeout": 10}``.
+        fleet_process: ``ray`` placement: drive the fleet from a child ``agentrl-envs up --placement
+            ray`` process (its own Ray driver) instead of this process. ``agentrl-train`` does: one
+            process holds one Ray connection, and verl's trainer makes its own (with its runtime
+            environment) in the trainer's process.
     """
 
     tasks: Sequence[str]
@@ -97,6 +115,15 @@ class EnvStack(ContainerWorkers):
     secret_file: str | None = None
     replicas: dict[str, int] = field(default_factory=dict)
     front_port: int | None = None
+    placement: str = "local"
+    ray_address: str = "auto"
+    ray_resource: str = ENV_RESOURCE
+    shards: int = 1
+    per_node: dict[str, int] = field(default_factory=dict)
+    controller_options: dict[str, Any] = field(default_factory=dict)
+    fleet_process: bool = False
+    fleet: RayFleet | None = field(default=None, init=False)
+    driver: ServerProcess | None = field(default=None, init=False)
     controller: ServerProcess | None = field(default=None, init=False)
     front: ServerProcess | None = field(default=None, init=False)
     workers: dict[str, ServerProcess] = field(default_factory=dict, init=False)
@@ -120,6 +147,7 @@ class EnvStack(ContainerWorkers):
         self.task_kwargs = {
             name: task_spec(name).kwargs_for(self.split, self.kwargs.get(name)) for name in self.tasks
         }
+        self._explicit_replicas = set(self.replicas)
         self.replicas = {name: int(self.replicas.get(name, 1)) for name in self.tasks} | {
             name: int(n) for name, n in self.replicas.items()
         }
@@ -129,6 +157,23 @@ class EnvStack(ContainerWorkers):
             raise ValueError(
                 f"replicas {dict(self.replicas)}: every count must be >= 1 and name a started task ({self.tasks})"
             )
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement {self.placement!r}; expected one of {PLACEMENTS}")
+        if self.placement == "local" and (self.shards != 1 or self.per_node):
+            raise ValueError(
+                f"shards={self.shards} and per_node={self.per_node} need placement ray "
+                "(--placement ray, agentrl.envs.placement=ray)"
+            )
+        if self.placement == "ray":
+            if self.docker:
+                raise ValueError(
+                    "placement ray runs each worker as a process under a Ray actor on its node; worker "
+                    "containers (--docker) are a local placement (per-session containers work on both)"
+                )
+            if self.front_port is not None:
+                raise ValueError(
+                    "--front-port is a local placement: run agentrl-envs front on the controller's node"
+                )
         if self.advertise_host is None:
             if self.host in WILDCARD_HOSTS:
                 raise ValueError(
@@ -188,6 +233,9 @@ class EnvStack(ContainerWorkers):
         return self
 
     def _start(self) -> None:
+        if self.placement == "ray":
+            self._start_fleet()
+            return
         if listening(self.port, self.host):
             # the new controller could not bind, and its readiness check would be answered by the
             # process already there: the workers would join another run's controller
@@ -211,7 +259,7 @@ class EnvStack(ContainerWorkers):
         secret = {"worker_secret_file": self.secret_file} if self.secret_file else {}
         self.controller = ServerProcess(
             "controller",
-            controller_argv(self.port, self.host, **secret),
+            controller_argv(self.port, self.host, **secret, **self.controller_options),
             self.port,
             log_dir / "controller.log",
             die_with_parent=self.die_with_parent,
@@ -240,6 +288,91 @@ class EnvStack(ContainerWorkers):
                 if key in self.workers:
                     self.workers[key].wait_ready(self.ready_timeout_s)
             self._wait_healthy(name)
+
+    def _start_fleet(self) -> None:
+        if self.fleet_process:
+            self._start_fleet_process()
+            return
+        per_node = {name: int(n) for name, n in self.per_node.items()}
+        self.fleet = RayFleet(
+            tasks=self.tasks,
+            task_kwargs=self.task_kwargs,
+            # per_node replaces the one default worker; replicas given explicitly add to it
+            replicas={
+                name: (0 if name in per_node and name not in self._explicit_replicas else n)
+                for name, n in self.replicas.items()
+            },
+            per_node=per_node,
+            port=self.port,
+            host=self.host,
+            advertise_host=self.advertise_host if self.advertise_host != self.host else None,
+            shards=self.shards,
+            address=self.ray_address,
+            resource=self.ray_resource,
+            secrets={
+                "worker": load_secret(self.secret_file, WORKER_SECRET_ENV),
+                "client": load_secret(None, CLIENT_SECRET_ENV),
+            },
+            controller_options=self.controller_options,
+            heartbeat_interval=self.heartbeat_interval,
+            ready_timeout_s=self.ready_timeout_s,
+        )
+        self.fleet.start()
+
+    def fleet_argv(self) -> list[str]:
+        """The ``agentrl-envs up --placement ray`` command line of this stack (``fleet_process``)."""
+        argv = [sys.executable, "-m", "agentrl_ext.env.launcher", "up", "--placement", "ray"]
+        argv += ["--tasks", ",".join(self.tasks), "--port", str(self.port), "--host", self.host]
+        argv += [
+            "--split",
+            self.split,
+            "--ray-address",
+            self.ray_address,
+            "--ray-resource",
+            self.ray_resource,
+        ]
+        argv += ["--ready-timeout", str(self.ready_timeout_s), "--shards", str(self.shards)]
+        if self.advertise_host and self.advertise_host != self.host:
+            argv += ["--advertise-host", self.advertise_host]
+        if self.secret_file:
+            argv += ["--secret-file", self.secret_file]
+        replicas = {
+            n: c for n, c in self.replicas.items() if n in self._explicit_replicas or n not in self.per_node
+        }
+        if replicas:
+            argv += ["--replicas", ",".join(f"{n}={c}" for n, c in replicas.items())]
+        if self.per_node:
+            argv += ["--per-node", ",".join(f"{n}={c}" for n, c in self.per_node.items())]
+        for name, kwargs in self.kwargs.items():
+            argv += ["--task-kwargs", f"{name}={json.dumps(kwargs)}"]
+        for key, value in self.controller_options.items():
+            argv += ["--controller-option", f"{key}={value}"]
+        if self.heartbeat_interval is not None:
+            argv += ["--heartbeat-interval", str(self.heartbeat_interval)]
+        return argv
+
+    def _start_fleet_process(self) -> None:
+        log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="agentrl-envs-"))
+        self.log_dir = log_dir
+        self.driver = ServerProcess(
+            "fleet",
+            self.fleet_argv(),
+            self.port,
+            log_dir / "fleet.log",
+            die_with_parent=True,
+            new_session=True,
+            host=str(self.advertise_host),
+        )
+        self.driver.start()
+
+        def ready() -> bool:
+            if not self.driver or not self.driver.alive:
+                tail = self.driver.log_tail() if self.driver else ""
+                raise RuntimeError(f"agentrl-envs up --placement ray exited; log:\n{tail}")
+            return READY_LINE in self.driver.log_tail(400)
+
+        wait_until(ready, self.ready_timeout_s + 120, 0.5, what="the Ray fleet to be ready")
+        logger.info("environment fleet on Ray:\n%s", self.driver.log_tail(400).split(READY_LINE)[0][-4000:])
 
     def _service(self, name: str, script: str, address_command: str) -> None:
         env = {**os.environ}
@@ -322,7 +455,12 @@ class EnvStack(ContainerWorkers):
         return api_url(host, self.port)
 
     def dead(self) -> list[str]:
-        """Names of the parts that stopped on their own (the controller, workers, containers)."""
+        """Names of the parts that stopped on their own (the controller, workers, containers; with
+        placement ray the controllers Ray gave up on: workers are restarted by Ray)."""
+        if self.fleet is not None:
+            return self.fleet.dead()
+        if self.driver is not None:
+            return [] if self.driver.alive else ["fleet"]
         gone = [n for n, w in self.workers.items() if not w.alive]
         if self.controller is not None and not self.controller.alive:
             gone.append("controller")
@@ -339,6 +477,10 @@ class EnvStack(ContainerWorkers):
 
     def stop(self) -> None:
         """Stop what was started, last first: workers, containers, controller, then our own servers."""
+        if self.fleet is not None:
+            self.fleet.stop()
+        if self.driver is not None:
+            self.driver.stop(timeout_s=120)  # it stops every actor and server process first
         for worker in reversed(list(self.workers.values())):
             worker.stop()
         for name, container in reversed(list(self.containers.items())):
@@ -364,6 +506,8 @@ class EnvStack(ContainerWorkers):
 
     def describe(self) -> str:
         """Where everything listens, one line each."""
+        if self.fleet is not None:
+            return "\n".join(self.fleet.describe())
         lines = [f"controller  {self.api}" + (f"  (pid {self.controller.pid})" if self.controller else "")]
         if self.front is not None:
             lines.append(
@@ -409,6 +553,11 @@ def launch_from_config(
         advertise_host=envs.advertise_host,
         secret_file=envs.secret_file,
         replicas=dict(envs.replicas or {}),
+        placement=envs.placement,
+        ray_address=envs.ray_address,
+        ray_resource=envs.ray_resource,
+        per_node=dict(envs.per_node or {}),
+        fleet_process=True,
     )
     if register_stop is not None:
         register_stop(stack.stop)
