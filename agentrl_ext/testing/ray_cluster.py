@@ -33,18 +33,14 @@ def loopback_namespace_argv(argv: Sequence[str]) -> list[str]:
 
 
 def in_loopback_namespace(
-    argv: Sequence[str], timeout_s: float, **kwargs: Any
+    argv: Sequence[str], timeout_s: float, capture: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` in a new loopback-only network namespace (root); its output captured as text."""
+    """Run ``argv`` in a new loopback-only network namespace (root); its output captured as text
+    (``capture``) or shown."""
     if os.geteuid() != 0:
         raise RuntimeError("the multi-node Ray tests create a network namespace: run them as root")
     return subprocess.run(
-        loopback_namespace_argv(argv),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-        **kwargs,
+        loopback_namespace_argv(argv), capture_output=capture, text=True, timeout=timeout_s, check=False
     )
 
 

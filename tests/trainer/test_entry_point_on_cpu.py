@@ -209,6 +209,50 @@ def test_joining_a_ray_cluster_keeps_rays_cpus_on_cpu():
     )
 
 
+def test_a_fleet_on_ray_keeps_verls_storage_off_the_environment_nodes_on_cpu():
+    """TransferQueue pins its storage units round robin to every alive node; with the fleet's
+    nodes in the cluster the storage must go to trainer nodes (the head on CPU)."""
+    from agentrl_ext.trainer.prepare import STORAGE_NODE_KEY, fleet_changes, pin_spec
+
+    ray_fleet = ["agentrl.envs.placement=ray"]
+    config = _compose("cpu_multitask", ray_fleet)
+    assert fleet_changes(config, pin_spec(config)) == [
+        f"{STORAGE_NODE_KEY}: None -> node:__internal_head__ (keep verl's storage off the environment nodes)"
+    ]
+    assert OmegaConf.select(config, STORAGE_NODE_KEY) == "node:__internal_head__"
+    mine = _compose("cpu_multitask", [*ray_fleet, f"+{STORAGE_NODE_KEY}=trainer_slot"])
+    assert (
+        fleet_changes(mine, pin_spec(mine)) == []
+        and OmegaConf.select(mine, STORAGE_NODE_KEY) == "trainer_slot"
+    )
+    local = _compose("cpu_multitask")
+    assert fleet_changes(local, pin_spec(local)) == [] and OmegaConf.select(local, STORAGE_NODE_KEY) is None
+
+
+def test_joining_a_ray_cluster_forwards_the_variables_verls_processes_need_on_cpu(monkeypatch):
+    """A joined cluster's workers start from the cluster's environment: where the metrics go (and
+    the platform's variables) must travel in the runtime env; the user's own value wins."""
+    from agentrl_ext.trainer.prepare import cluster_env_vars
+
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", "/runs/a/metrics.jsonl")
+    monkeypatch.setenv("TQ_NUM_THREADS", "2")
+    local = _compose("cpu_smoke")
+    assert cluster_env_vars(local) == {}
+    assert OmegaConf.select(local, "ray_kwargs.ray_init.runtime_env.env_vars") is None
+    joined = _compose(
+        "cpu_smoke",
+        [
+            "+ray_kwargs.ray_init.address=127.0.0.1:6379",
+            "+ray_kwargs.ray_init.runtime_env.env_vars.TQ_NUM_THREADS=1",
+        ],
+    )
+    assert cluster_env_vars(joined) == {"VERL_FILE_LOGGER_PATH": "/runs/a/metrics.jsonl"} | (
+        {"VERL_PLATFORM": os.environ["VERL_PLATFORM"]} if "VERL_PLATFORM" in os.environ else {}
+    )
+    env_vars = OmegaConf.to_container(joined.ray_kwargs.ray_init.runtime_env.env_vars)
+    assert env_vars["VERL_FILE_LOGGER_PATH"] == "/runs/a/metrics.jsonl" and str(env_vars["TQ_NUM_THREADS"]) == "1"
+
+
 def test_cpu_defaults_are_logged_old_to_new_on_cpu(caplog):
     config = _compose("cpu_smoke", ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
     with caplog.at_level("WARNING", logger="agentrl_ext.platform.cpu_defaults"):
