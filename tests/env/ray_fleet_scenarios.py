@@ -232,6 +232,26 @@ def main(out: Path) -> None:
         seen["actors_alive_after_stop"] = [f"{a.class_name} {a.state}" for a in alive]
         ray.shutdown()
         seen["server_processes_after_stop"] = [argv for _pid, argv in server_processes()]
+
+        # 6. the fleet's driver killed (SIGKILL: no clean-up of its own): Ray ends its actors,
+        # and each server process dies with its actor
+        orphan = EnvStack(
+            tasks=["guess"],
+            port=free_port(),
+            placement="ray",
+            ray_address=cluster.address,
+            fleet_process=True,
+            ready_timeout_s=120,
+        )
+        orphan.start()
+        seen["servers_under_killed_driver"] = len(server_processes())
+        assert orphan.driver is not None
+        orphan.driver.kill()
+        killed_at = time.monotonic()
+        while server_processes() and time.monotonic() - killed_at < 60:
+            time.sleep(0.5)
+        seen["servers_left_after_driver_killed"] = [argv for _pid, argv in server_processes()]
+        seen["driver_killed_cleanup_s"] = time.monotonic() - killed_at
         seen["pids_alive_after_stop"] = [
             pid
             for pid in pids

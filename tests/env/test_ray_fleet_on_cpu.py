@@ -108,6 +108,11 @@ def test_stop_leaves_no_actor_process_or_file_on_cpu(seen):
     assert not [f for folder in seen["folders_left"] for f in Path(folder).glob("*.secret")]
 
 
+def test_a_killed_fleet_driver_leaves_no_server_behind_on_cpu(seen):
+    assert seen["servers_under_killed_driver"] == 2  # its controller and its guess worker
+    assert seen["servers_left_after_driver_killed"] == []
+
+
 # ---------------------------------------------------------------------------- configuration
 
 
@@ -157,6 +162,7 @@ def test_a_worker_asks_ray_for_its_tasks_resources_on_cpu():
 def test_the_trainers_fleet_command_line_rebuilds_the_same_stack_on_cpu(monkeypatch, tmp_path):
     """``agentrl-train`` drives the fleet from a child ``agentrl-envs up --placement ray``: every
     field it sets must reach the child's stack (distinct values, read back by field)."""
+    (tmp_path / "secret").write_text("s" * 32)
     parent = EnvStack(
         tasks=["guess", "calc"],
         port=5141,
