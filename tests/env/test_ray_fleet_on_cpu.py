@@ -191,7 +191,7 @@ def test_the_trainers_fleet_command_line_rebuilds_the_same_stack_on_cpu(monkeypa
 
     monkeypatch.setattr(command, "EnvStack", capture)
     with pytest.raises(KeyboardInterrupt):
-        command.main(argv[4:])
+        command.main(argv[3:])
     for name in (
         "tasks",
         "port",
