@@ -289,6 +289,26 @@ def batch_samples(batch: Any) -> dict[str, list[Any]]:
     }
 
 
+def batch_advantages(batch: Any) -> dict[str, list[Any]]:
+    """Per sample of a v1 trainer batch once verl computed its advantages: ``uid``,
+    ``data_source``, ``advantages`` and ``response_mask`` (1-D tensors of the response length).
+    verl's ``_compute_advantage`` stores the advantages as a jagged tensor over the response
+    (``response_to_nested(advantages, response_mask)``)."""
+    import transfer_queue as tq
+
+    data = tq.kv_batch_get(
+        keys=batch.keys,
+        partition_id=batch.partition_id,
+        select_fields=["uid", "data_source", "advantages", "response_mask"],
+    )
+    return {
+        "uid": [str(u) for u in _plain(data["uid"])],
+        "data_source": [str(t) for t in _plain(data["data_source"])],
+        "advantages": list(data["advantages"].unbind()),
+        "response_mask": list(data["response_mask"].unbind()),
+    }
+
+
 def actor_and_rollout_log_probs(trainer: Any, batch: Any) -> dict[str, list[Any]]:
     """Run the actor's log-prob forward on a v1 trainer batch (as verl's decoupled mode does) and
     return per sample: ``current`` (actor log-probs of the response tokens), ``rollout`` (the

@@ -184,6 +184,35 @@ def test_bypass_mode_makes_rollout_log_probs_the_old_log_probs_on_cpu(monkeypatc
     assert torch.equal(stored["old_log_probs"], rollout)
 
 
+def test_batch_advantages_reads_what_verls_compute_advantage_writes_on_cpu(monkeypatch):
+    """verl's ``_compute_advantage`` puts ``response_to_nested(advantages, response_mask)`` (its own
+    writer, used here) into TransferQueue; ``batch_advantages`` gives each sample its row back."""
+    from types import SimpleNamespace
+
+    import torch
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1 import trainer_base
+    from verl.workers.utils.padding import response_to_nested
+
+    assert trainer_base.response_to_nested is response_to_nested  # the writer verl's trainer uses
+    masks = [torch.tensor([1, 1, 0]), torch.tensor([0, 1])]
+    mask = torch.nested.as_nested_tensor(masks, layout=torch.jagged)
+    padded = torch.tensor([[0.5, -0.5, 0.0], [0.0, 2.0, 9.0]])  # 9.0 lies beyond the 2nd response
+    stored = {
+        "uid": ["u0", "u1"],
+        "data_source": ["guess", "calc"],
+        "advantages": response_to_nested(padded, mask),
+        "response_mask": mask,
+    }
+    monkeypatch.setattr(
+        tq, "kv_batch_get", lambda keys, partition_id, select_fields: {f: stored[f] for f in select_fields}
+    )
+    out = verl_compat.batch_advantages(SimpleNamespace(keys=["k0", "k1"], partition_id="train"))
+    assert (out["uid"], out["data_source"]) == (["u0", "u1"], ["guess", "calc"])
+    assert [a.tolist() for a in out["advantages"]] == [[0.5, -0.5, 0.0], [0.0, 2.0]]
+    assert [m.tolist() for m in out["response_mask"]] == [[1, 1, 0], [0, 1]]
+
+
 def test_engine_registry_layout_on_cpu():
     from verl.workers.engine.base import EngineRegistry
 

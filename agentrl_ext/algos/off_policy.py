@@ -43,7 +43,10 @@ def pool_ratio_metrics(
     prefix: str = "agentrl/cross_policy/",
 ) -> dict[str, float]:
     """Per pool: mean, min and max of exp(logp_θ − logp_behaviour), mean |log ratio|, the share
-    of tokens outside PPO's clip range [1 − clip_low, 1 + clip_high], and the token count."""
+    of tokens outside PPO's clip range [1 − clip_low, 1 + clip_high], the token count, and
+    ``kl/<pool>``: KL(behaviour ‖ π_θ) per token, estimated from the pool's own tokens with the
+    unbiased, non-negative k3 estimator mean(r − 1 − log r), r = π_θ / π_behaviour (for the stale
+    pool: how far its copy has drifted from the policy being trained)."""
     by_pool: dict[str, list[torch.Tensor]] = {}
     for cur, beh, mask, policies, counts in zip(
         current_log_probs, behaviour_log_probs, response_masks, turn_policies, turn_tokens, strict=True
@@ -68,6 +71,7 @@ def pool_ratio_metrics(
                 f"{prefix}log_ratio_abs_mean/{pool}": float(log_ratio.abs().mean()),
                 f"{prefix}clip_frac/{pool}": float(outside.double().mean()),
                 f"{prefix}tokens/{pool}": float(log_ratio.numel()),
+                f"{prefix}kl/{pool}": float((ratio - 1 - log_ratio).mean()),
             }
         )
     return out

@@ -14,7 +14,9 @@ A run folder holds what a training run writes:
 Written (in ``RUN_DIR/plots`` unless told otherwise): ``success.png`` and ``reward.png``, one
 panel per task, training value per step (thin) with its moving average (thick) and the
 validation points; ``eval_success.png``, the success rate per task of each evaluation as
-grouped bars with the 95% interval of each rate. Episodes that failed outside the agent's
+grouped bars with the 95% interval of each rate; ``signal.png``, what each task feeds the update
+per step (``agentrl/task/<task>/signal/...``: share of informative groups, mean |advantage|, share
+of the action tokens) and the stale copy's share of turns and KL to the current policy. Episodes that failed outside the agent's
 control (``failed``: an endpoint or environment down) are left out of a bar and counted in its
 label; a task none of whose episodes ran has no bar, only the label ``all N failed``.
 Matplotlib draws without pyplot (no global backend, Agg for PNG).
@@ -185,6 +187,62 @@ def plot_curves(curves: Curves, kind: str, path: Path, smooth: int = 5) -> Path 
     return path
 
 
+SIGNALS = (
+    ("informative_group_share", "share of informative groups"),
+    ("adv_abs_mean", "mean |advantage| (action tokens)"),
+    ("action_token_share", "share of the loss's action tokens"),
+)
+_SIGNAL = re.compile(r"^agentrl/task/(?P<task>[^/]+)/signal/(?P<var>[a-z_]+)$")
+_CROSS = {
+    "agentrl/cross_policy/turn_share/stale": "share of turns from the stale copy",
+    "agentrl/cross_policy/kl/stale": "KL(stale copy ‖ current policy) per token",
+}
+
+
+def signal_series(steps: dict[int, dict[str, Any]]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """``{metric: {task or "": [(step, value), ...]}}`` of the per-task training signal
+    (:mod:`agentrl_ext.algos.signal`) and of the stale pool's share and KL."""
+    out: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(dict)
+    for step, metrics in sorted(steps.items()):
+        for key, value in metrics.items():
+            if not isinstance(value, int | float) or math.isnan(float(value)):
+                continue
+            if (match := _SIGNAL.match(key)) and match["var"] in dict(SIGNALS):
+                out[match["var"]].setdefault(match["task"], []).append((step, float(value)))
+            elif key in _CROSS:
+                out[key].setdefault("", []).append((step, float(value)))
+    return out
+
+
+def plot_signal(steps: dict[int, dict[str, Any]], path: Path) -> Path | None:
+    """What each task feeds the update per step (one panel per signal metric, a line per task),
+    and the stale copy's share of turns and KL to the current policy when cross-policy sampling ran."""
+    from matplotlib.figure import Figure
+
+    series = signal_series(steps)
+    panels = [(name, title) for name, title in SIGNALS if name in series]
+    panels += [(key, title) for key, title in _CROSS.items() if key in series]
+    if not panels:
+        return None
+    rows, cols = _grid(len(panels))
+    fig = Figure(figsize=(4.2 * cols, 3.2 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, (name, title) in zip(axes.flat, panels, strict=False):
+        for task, points in sorted(series[name].items()):
+            x, y = zip(*points, strict=True)
+            ax.plot(x, y, linewidth=1.5, label=task or None)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if any(series[name]):
+            ax.legend(fontsize=7, loc="best")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle("training signal per task")
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def plot_eval_reports(reports: Sequence[EvalReport], path: Path) -> Path | None:
     """Grouped bars: success rate per task of each evaluation (e.g. before and after RL), with
     the 95% interval of each rate (:func:`agentrl_ext.eval.report.rate_interval`) as error bars."""
@@ -272,6 +330,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, smooth: int
         path = plot_curves(curves, kind, out / f"{kind}.png", smooth)
         if path is not None:
             written.append(path)
+    path = plot_signal(steps, out / "signal.png")
+    if path is not None:
+        written.append(path)
     if logs and not curves.tasks("success") and not curves.tasks("reward"):
         logger.warning("metrics logs %s hold no per-task metrics (agentrl/task/<task>/...): no curves", logs)
     path = plot_eval_reports(reports, out / "eval_success.png")

@@ -15,9 +15,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+RAY_TMPDIR = "RAY_TMPDIR"
+"""Where Ray keeps its files (sessions, sockets, the address file a plain ``ray.init()`` reads)."""
 
 
 def only_loopback() -> bool:
@@ -39,9 +43,20 @@ def in_loopback_namespace(
     (``capture``) or shown."""
     if os.geteuid() != 0:
         raise RuntimeError("the multi-node Ray tests create a network namespace: run them as root")
-    return subprocess.run(
-        loopback_namespace_argv(argv), capture_output=capture, text=True, timeout=timeout_s, check=False
-    )
+    # Ray's files of its own: a plain ray.init() elsewhere on this machine (another test, another
+    # job) joins the cluster named in $RAY_TMPDIR/ray/ray_current_cluster, which must not be ours
+    ray_tmp = tempfile.mkdtemp(prefix="rayns-", dir="/tmp")  # short: Ray's socket paths are bounded
+    try:
+        return subprocess.run(
+            loopback_namespace_argv(argv),
+            capture_output=capture,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env={**os.environ, RAY_TMPDIR: ray_tmp},
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def health_checks(node_death_s: float) -> dict[str, int]:
@@ -70,6 +85,10 @@ class LocalCluster:
         (None: Ray's default, about 65 s: 5 failed health checks, each 3 s apart with a 10 s timeout)."""
         from ray.cluster_utils import Cluster
 
+        if not os.environ.get(RAY_TMPDIR, "").startswith("/tmp/rayns-"):
+            raise RuntimeError(
+                f"LocalCluster needs Ray files of its own (${RAY_TMPDIR}); run it through in_loopback_namespace"
+            )
         if not only_loopback():
             raise RuntimeError(
                 "LocalCluster binds Ray beyond loopback here; run it in a loopback-only network namespace "

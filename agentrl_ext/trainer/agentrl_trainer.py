@@ -7,7 +7,8 @@ verl's private per-step methods) and adds:
 - ``around_advantage``: hands each sample's task (``data_source``) to the ``task_norm_grpo``
   estimator (verl passes estimators only the uid), and with ``agentrl.turn_credit.weight`` > 0
   each sample's turn records (:mod:`agentrl_ext.algos.task_context`), the estimator adding its
-  metrics to the step's; then logs per-task episode metrics and cross-policy metrics for the batch;
+  metrics to the step's; then logs per-task episode metrics, each task's training signal in the
+  advantages the estimator wrote (:mod:`agentrl_ext.algos.signal`) and cross-policy metrics;
 - ``after_old_log_prob``: with cross-policy sampling on, logs each pool's importance ratio
   π_θ / π_behaviour at the start of the update (``agentrl/cross_policy/ratio_*``);
 - ``get_llm_client``: with cross-policy sampling on, the agent loops get a client that routes
@@ -36,6 +37,7 @@ from verl.utils.debug import marked_timer
 
 from agentrl_ext.algos import task_context
 from agentrl_ext.algos.off_policy import pool_ratio_metrics
+from agentrl_ext.algos.signal import signal_metrics
 from agentrl_ext.algos.task_context import BatchTurns
 from agentrl_ext.config import CrossPolicyConfig, TurnCreditConfig
 from agentrl_ext.rollout.cross_policy import CURRENT, STALE, CrossPolicyLLMServerClient
@@ -43,7 +45,12 @@ from agentrl_ext.rollout.standalone_pool import StandalonePool, refresh_due
 from agentrl_ext.run_spec import RunSpec, run_spec
 from agentrl_ext.trainer.checks import AGENT_LOOP_NAME
 from agentrl_ext.trainer.reachability import check_controller_from_every_node
-from agentrl_ext.verl_compat import TrainerStepHooks, actor_and_rollout_log_probs, batch_samples
+from agentrl_ext.verl_compat import (
+    TrainerStepHooks,
+    actor_and_rollout_log_probs,
+    batch_advantages,
+    batch_samples,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -289,6 +296,12 @@ class AgentRLTrainerHooks(TrainerStepHooks):
         )
         with task_context.estimating(context):
             yield
+        written = batch_advantages(batch)  # whatever estimator ran: what each task feeds the update
+        metrics.update(
+            signal_metrics(
+                written["data_source"], written["uid"], written["advantages"], written["response_mask"]
+            )
+        )
         metrics.update(self.stale_pool_metrics())
         batch_metrics = episode_metrics(
             tasks, samples["reward"], samples["extra_fields"], global_step=self.global_steps

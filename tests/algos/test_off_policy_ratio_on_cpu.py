@@ -113,3 +113,19 @@ def test_token_pools_follow_the_mask_on_cpu():
     assert token_pools(mask, ["current", "stale", "current"], [2, 0, 4])[4:7] == ["current"] * 3
     with pytest.raises(ValueError, match="2 turn policies for 1"):
         token_pools(mask, ["stale", "current"], [2])
+
+
+def test_pool_kl_estimates_the_exact_kl_from_the_pools_own_tokens_on_cpu():
+    """``kl/<pool>`` from tokens the behaviour policy q sampled estimates KL(q ‖ p) = Σ q log(q/p),
+    computed here exactly over a 4-token vocabulary."""
+    generator = torch.Generator().manual_seed(0)
+    q = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
+    p = torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=torch.float64)
+    exact = float((q * (q / p).log()).sum())
+    tokens = torch.multinomial(q, 40_000, replacement=True, generator=generator)
+    mask = torch.ones(len(tokens), dtype=torch.long)
+    metrics = pool_ratio_metrics([p.log()[tokens]], [q.log()[tokens]], [mask], [["stale"]], [[len(tokens)]])
+    assert abs(metrics["agentrl/cross_policy/kl/stale"] - exact) < 0.01 * max(exact, 0.1)
+    # the same policy on both sides: exactly zero
+    same = pool_ratio_metrics([q.log()[tokens]], [q.log()[tokens]], [mask], [["current"]], [[len(tokens)]])
+    assert same["agentrl/cross_policy/kl/current"] == 0.0

@@ -98,12 +98,16 @@ def test_main_job_shortened_on_cpu(tmp_path):
     metrics = {k: v for row in steps if row["step"] == 1 for k, v in row["data"].items()}
     for task in TASKS:
         assert f"agentrl/task/{task}/success_rate" in metrics
+        # what each task fed the update (read back from the advantages verl wrote)
+        for signal in ("informative_group_share", "adv_abs_mean", "action_token_share"):
+            assert f"agentrl/task/{task}/signal/{signal}" in metrics
+    assert sum(metrics[f"agentrl/task/{t}/signal/action_token_share"] for t in TASKS) == pytest.approx(1.0)
     # the table is printed and kept, the plots are written
     for task in TASKS:
         assert any(line.startswith(task) and "pts" in line for line in out.splitlines()), out[-3000:]
     report = (run / "report.md").read_text()
     assert "before_rl" in report and "after_rl" in report
-    for name in ("success.png", "reward.png", "eval_success.png"):
+    for name in ("success.png", "reward.png", "eval_success.png", "signal.png"):
         assert (run / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

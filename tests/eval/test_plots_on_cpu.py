@@ -26,6 +26,11 @@ def _write_run(run_dir) -> None:
             data[f"agentrl/task/{task}/success_rate"] = _train_success(task, step)
             data[f"agentrl/task/{task}/episode_reward_mean"] = _train_success(task, step) - 0.2
             data[f"agentrl/task/{task}/status/completed"] = 4.0
+            data[f"agentrl/task/{task}/signal/informative_group_share"] = 0.5 if task == "guess" else 0.25
+            data[f"agentrl/task/{task}/signal/adv_abs_mean"] = 0.8
+            data[f"agentrl/task/{task}/signal/action_token_share"] = 0.6 if task == "guess" else 0.4
+        data["agentrl/cross_policy/turn_share/stale"] = 0.25
+        data["agentrl/cross_policy/kl/stale"] = 0.01 * step
         if step % 10 == 0:
             for task in TASKS:
                 data[f"val-aux/{task}/success/mean@1"] = step / 40
@@ -56,11 +61,21 @@ def test_metrics_log_series_on_cpu(tmp_path):
     assert curves.val["success"]["calc"] == [(10, 0.5), (20, 1.0)]
 
 
+def test_signal_series_per_task_and_the_stale_copy_on_cpu(tmp_path):
+    from agentrl_ext.eval.plots import signal_series
+
+    _write_run(tmp_path)
+    series = signal_series(read_metrics_log(tmp_path / "metrics.jsonl"))
+    assert series["informative_group_share"]["calc"] == [(s, 0.25) for s in range(1, 21)]
+    assert series["action_token_share"]["guess"] == [(s, 0.6) for s in range(1, 21)]
+    assert series["agentrl/cross_policy/kl/stale"][""][-1] == (20, pytest.approx(0.2))
+
+
 def test_plot_run_writes_valid_pngs_on_cpu(tmp_path, capsys):
     _write_run(tmp_path)
     assert main([str(tmp_path)]) == 0
     printed = capsys.readouterr().out.split()
-    names = {"success.png", "reward.png", "eval_success.png"}
+    names = {"success.png", "reward.png", "eval_success.png", "signal.png"}
     assert {p.rsplit("/", 1)[-1] for p in printed} == names
     for name in names:
         path = tmp_path / "plots" / name
