@@ -1,5 +1,5 @@
 # The commands the README names.
-.PHONY: setup setup-train setup-vllm train train-arms test test-fast lint format
+.PHONY: setup setup-train setup-vllm train train-arms ablations test test-fast lint format
 
 setup:            ## create .venv with torch (CPU), verl 0.9.1 and agentrl_ext with every extra the tests use
 	bash scripts/setup.sh
@@ -15,6 +15,9 @@ train: setup-train ## the main job: SFT warm start + multi-task AgentRL on CPU, 
 
 train-arms:       ## the main job, then the same RL with verl's grpo (task normalization off) from its SFT weights; one table of both
 	bash scripts/train_arms.sh
+
+ablations: setup-train ## AgentRL's ablations in miniature: full / no task normalization / no cross-policy, 2 seeds each, one table (about an hour per RL-step budget of the recipe; prints its estimate)
+	.venv/bin/agentrl-ablate --out outputs/ablations $(ABLATE_ARGS)
 
 test:             ## the whole test suite, set-up included
 	bash scripts/test.sh

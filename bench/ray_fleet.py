@@ -90,7 +90,8 @@ def _measure(args: argparse.Namespace, placement: str, nodes: int) -> dict[str, 
     try:
         if placement == "ray":
             cluster = LocalCluster(head_cpus=2, node_death_s=args.node_death_s)
-            per_node = -(-args.workers // nodes) + 1  # room for a lost node's workers on the others
+            # room on the survivors for a lost node's workers: the fleet fits on nodes - 1 of them
+            per_node = -(-args.workers // max(1, nodes - 1))
             env_nodes = [cluster.add_env_node(per_node) for _ in range(nodes)]
         stack = _stack(placement, args.workers, cluster.address if cluster else None)
         t0 = time.perf_counter()

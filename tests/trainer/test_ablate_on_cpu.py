@@ -1,0 +1,122 @@
+"""agentrl-ablate: the plan (runs, their commands, resumption), the arms' overrides as real config
+keys, and the paired table against figures worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from agentrl_ext.eval.report import EpisodeRecord, EvalReport
+from agentrl_ext.trainer.ablate import ARMS, SEED_KEYS, Cell, Plan, collect, main, paired_difference, render
+from agentrl_ext.trainer.main import recipes_dir
+
+
+def _plan(tmp_path, arms=("full", "no_task_norm", "no_cross_policy"), seeds=(1, 2)):
+    return Plan("cpu_multitask", list(arms), list(seeds), tmp_path, ["trainer.total_training_steps=3"])
+
+
+def _fake_sft(plan: Plan) -> None:
+    for step in (2, 10):  # the last checkpoint by step number, not by name
+        (plan.warm_start_run.folder / "sft" / f"global_step_{step}" / "huggingface").mkdir(parents=True)
+
+
+def test_runs_pair_every_arm_by_seed_and_warm_start_once_on_cpu(tmp_path):
+    plan = _plan(tmp_path)
+    runs = plan.runs
+    assert [(r.arm, r.seed) for r in runs] == [
+        ("full", 1), ("no_task_norm", 1), ("no_cross_policy", 1),
+        ("full", 2), ("no_task_norm", 2), ("no_cross_policy", 2),
+    ]  # fmt: skip
+    assert [r.warm_start for r in runs] == [True] + [False] * 5
+    _fake_sft(plan)
+    first, later = plan.command(runs[0]), plan.command(runs[4])
+    assert "agentrl.sft.enable=false" not in first and "actor_rollout_ref.model.path" not in " ".join(first)
+    assert (
+        f"actor_rollout_ref.model.path={tmp_path / 'full_seed1' / 'sft' / 'global_step_10' / 'huggingface'}"
+        in later
+    )
+    assert (
+        "algorithm.adv_estimator=grpo" in later
+        and f"trainer.default_local_dir={tmp_path / 'no_task_norm_seed2'}" in later
+    )
+    assert [f"{key}=2" for key in SEED_KEYS] == [a for a in later if a.split("=")[0] in SEED_KEYS]
+    assert later[-1] == "trainer.total_training_steps=3"  # the user's overrides come last, and win
+
+
+def test_a_run_without_sft_weights_is_named_on_cpu(tmp_path):
+    plan = _plan(tmp_path)
+    with pytest.raises(RuntimeError, match="did not finish its warm start"):
+        plan.command(plan.runs[1])
+
+
+@pytest.mark.parametrize(
+    ("arms", "seeds", "message"),
+    [
+        (["full", "no_ref"], [1], "choose from full,no_task_norm,no_cross_policy"),
+        (["no_task_norm"], [1], "must include full"),
+        (["full"], [1, 1], "distinct seeds"),
+    ],
+)
+def test_bad_plans_are_named_on_cpu(tmp_path, arms, seeds, message):
+    with pytest.raises(ValueError, match=message):
+        Plan("cpu_multitask", arms, seeds, tmp_path)
+
+
+def test_each_arms_overrides_change_what_the_arm_names_on_cpu():
+    with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
+        full = compose(config_name="cpu_multitask", overrides=[f"{k}=7" for k in SEED_KEYS])
+        no_norm = compose(config_name="cpu_multitask", overrides=list(ARMS["no_task_norm"]))
+        no_cross = compose(config_name="cpu_multitask", overrides=list(ARMS["no_cross_policy"]))
+    assert full.algorithm.adv_estimator == "task_norm_grpo" and full.agentrl.cross_policy.enable is True
+    assert no_norm.algorithm.adv_estimator == "grpo" and no_norm.agentrl.cross_policy.enable is True
+    assert (
+        no_cross.algorithm.adv_estimator == "task_norm_grpo" and no_cross.agentrl.cross_policy.enable is False
+    )
+    assert full.data.seed == full.actor_rollout_ref.rollout.seed == full.agentrl.cross_policy.seed == 7
+
+
+def test_paired_difference_by_hand_on_cpu():
+    full = Cell({1: 0.5, 2: 0.8}, {1: 100, 2: 100})
+    arm = Cell({1: 0.4, 2: 0.6}, {1: 100, 2: 100})
+    diff, half, per_seed = paired_difference(arm, full)
+    assert per_seed == {1: pytest.approx(-0.1), 2: pytest.approx(-0.2)}
+    assert diff == pytest.approx(-0.15)
+    # p(1-p)/n of each of the four evaluations: (0.24 + 0.24 + 0.25 + 0.16) / 100 = 0.0089
+    assert half == pytest.approx(1.96 * math.sqrt(0.0089) / 2)
+    assert full.interval == pytest.approx(1.96 * math.sqrt((0.25 + 0.16) / 100) / 2)
+
+
+def _report(path, successes: dict[str, int], n: int = 10) -> None:
+    episodes = [
+        EpisodeRecord(task, i, 0, float(i < k), i < k, 2, "completed")
+        for task, k in successes.items()
+        for i in range(n)
+    ]
+    EvalReport.build("after_rl", {}, episodes, {t: 1.0 for t in successes}).save(path)
+
+
+def test_collect_and_render_read_every_finished_run_on_cpu(tmp_path):
+    plan = _plan(tmp_path, arms=("full", "no_task_norm"), seeds=(1, 2))
+    for run, k in zip(plan.runs, (6, 5, 8, 6), strict=True):  # full 1, no_task_norm 1, full 2, no_task_norm 2
+        run.result.parent.mkdir(parents=True)
+        _report(run.result, {"guess": k})
+    cells = collect(plan)
+    assert cells["guess"]["full"].rates == {1: 0.6, 2: 0.8}
+    assert cells["guess"]["no_task_norm"].rates == {1: 0.5, 2: 0.6}
+    table = render(plan, cells)
+    assert "| guess | 70.0% ±" in table and "; -15.0 ±" in table and "[-10.0, -20.0]" in table
+
+
+def test_dry_run_prints_the_plan_and_its_time_on_cpu(tmp_path, capsys):
+    assert (
+        main(["--out", str(tmp_path), "--seeds", "3,4", "--dry-run", "--", "trainer.total_training_steps=5"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "6 runs (3 arms x 2 seeds, 5 RL steps each)" in out and "expected about" in out
+    assert (
+        "[1/6] full seed 3:" in out
+        and "[6/6] no_cross_policy seed 4 (from the warm start's SFT weights)" in out
+    )
