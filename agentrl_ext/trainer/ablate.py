@@ -175,15 +175,15 @@ def collect(plan: Plan) -> dict[str, dict[str, Cell]]:
     outside the agent's control are left out of a rate, as in every table of ours)."""
     from agentrl_ext.eval.report import EvalReport
 
-    cells: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
+    cells: dict[str, dict[str, Cell]] = {}
     for run in plan.runs:
         if not run.result.exists():
             continue
         for task, summary in EvalReport.load(run.result).summary.items():
-            arm = cells.setdefault(task, {}).setdefault(run.arm, {"rates": {}, "episodes": {}})
-            arm["rates"][run.seed] = summary.success_rate_of_ran if summary.ran else math.nan
-            arm["episodes"][run.seed] = summary.ran
-    return {task: {arm: Cell(**values) for arm, values in arms.items()} for task, arms in cells.items()}
+            cell = cells.setdefault(task, {}).setdefault(run.arm, Cell({}, {}))
+            cell.rates[run.seed] = summary.success_rate_of_ran if summary.ran else math.nan
+            cell.episodes[run.seed] = summary.ran
+    return cells
 
 
 def render(plan: Plan, cells: dict[str, dict[str, Cell]]) -> str:
