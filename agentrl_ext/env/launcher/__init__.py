@@ -4,6 +4,8 @@
     agentrl-envs up --tasks dbbench,kg --docker --port 5020 # each worker in its own container
     agentrl-envs up --tasks alfworld,webshop --replicas alfworld=7,webshop=2 \
         --host 0.0.0.0 --advertise-host HEAD_IP --secret-file secret.txt  # for a multi-node trainer
+    agentrl-envs up --tasks guess,calc --placement ray --ray-address HEAD:6379 \
+        --per-node calc=1                                   # Ray actors on nodes offering agentrl_env
     agentrl-envs list                                       # the known tasks
     agentrl-envs front --controller-url URL --worker-secret-file F  # for AgentRL's agentrl-worker
 
@@ -18,7 +20,8 @@ no process or container behind (and the servers it started itself, not those it 
 The tasks it can start are the task catalogue's (:mod:`agentrl_ext.env.tasks`). One module per
 concern: :mod:`.processes` (server processes, their command lines, waiting for routable workers:
 also what the tests start their servers with, :mod:`agentrl_ext.testing.env_servers`),
-:mod:`.containers` (workers in containers), :mod:`.stack` (:class:`EnvStack`, and
+:mod:`.containers` (workers in containers), :mod:`.ray_fleet` (``--placement ray``: the
+controller and the workers as Ray actors across the cluster's nodes), :mod:`.stack` (:class:`EnvStack`, and
 :func:`launch_from_config`, with which ``agentrl-train`` starts the same stack from the recipe,
 ``agentrl.envs.launch=true``), :mod:`.command` (the ``agentrl-envs`` command).
 """
