@@ -2,9 +2,9 @@
 
 On one machine, Ray nodes are simulated (``ray.cluster_utils.Cluster``: a raylet per node, each
 with its own resources), all in a loopback-only network namespace
-(:mod:`agentrl_ext.testing.ray_cluster`; the bench re-runs itself under ``unshare --net``). For
-``local`` and for Ray with 1, 2 and 3 environment nodes, in that order, each measured from the
-user's side:
+(:mod:`agentrl_ext.testing.ray_cluster`; the bench re-runs itself under ``unshare --net``). For Ray
+with 1, 2 and 3 environment nodes, each right after a ``local`` run (the ratios compare
+neighbours in time), measured from the user's side:
 
 - **bring-up**: from ``EnvStack.start()`` to every one of ``--workers`` guess workers routable
   through the controller (Ray: the cluster already running, as on a user's cluster);
@@ -157,21 +157,25 @@ def main() -> None:
         done = in_loopback_namespace([sys.executable, *sys.argv], timeout_s=3600, capture=False)
         sys.exit(done.returncode)
 
-    rows = [_measure(args, "local", 1)]
+    rows = []
     for nodes in [int(n) for n in args.nodes.split(",") if n]:
+        # the local placement measured right before each Ray one: each ratio compares neighbours
+        rows.append(_measure(args, "local", 1))
         rows.append(_measure(args, "ray", nodes))
-        print(json.dumps(rows[-1]), flush=True)
-    local = rows[0]
+        rows[-1]["vs_local"] = rows[-1]["episodes_per_s"] / rows[-2]["episodes_per_s"]
+        print(json.dumps(rows[-2]), json.dumps(rows[-1]), flush=True)
     print(
-        f"\n{args.workers} guess workers; {args.episodes} expert episodes at concurrency {args.concurrency}, median of {args.repeat}"
+        f"\n{args.workers} guess workers; {args.episodes} expert episodes at concurrency {args.concurrency}, "
+        f"median of {args.repeat}; each Ray row right after its own local row"
     )
     print(
-        f"{'placement':<10}{'nodes':>6}{'bring-up s':>12}{'episodes/s':>12}{'vs local':>10}{'dropped s':>11}{'recovered s':>13}"
+        f"{'placement':<10}{'nodes':>6}{'bring-up s':>12}{'episodes/s':>12}{'vs local':>10}"
+        f"{'dropped s':>11}{'recovered s':>13}"
     )
     for row in rows:
         print(
             f"{row['placement']:<10}{row['nodes']:>6}{row['bring_up_s']:>12.1f}{row['episodes_per_s']:>12.1f}"
-            f"{row['episodes_per_s'] / local['episodes_per_s']:>10.2f}"
+            f"{row.get('vs_local', 1.0):>10.2f}"
             f"{row.get('workers_dropped_s', float('nan')):>11.1f}{row.get('recovered_s', float('nan')):>13.1f}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
