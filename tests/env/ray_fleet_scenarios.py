@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -252,6 +253,22 @@ def main(out: Path) -> None:
             time.sleep(0.5)
         seen["servers_left_after_driver_killed"] = [argv for _pid, argv in server_processes()]
         seen["driver_killed_cleanup_s"] = time.monotonic() - killed_at
+
+        # 7. Ctrl-C to agentrl-envs up --placement ray: it stops everything itself and exits
+        interrupted = EnvStack(
+            tasks=["guess"],
+            port=free_port(),
+            placement="ray",
+            ray_address=cluster.address,
+            fleet_process=True,
+            ready_timeout_s=120,
+        )
+        interrupted.start()
+        assert interrupted.driver is not None and interrupted.driver.proc is not None
+        seen["servers_before_ctrl_c"] = len(server_processes())
+        interrupted.driver.proc.send_signal(signal.SIGINT)
+        seen["ctrl_c_exit"] = interrupted.driver.proc.wait(120)
+        seen["servers_left_after_ctrl_c"] = [argv for _pid, argv in server_processes()]
         seen["pids_alive_after_stop"] = [
             pid
             for pid in pids

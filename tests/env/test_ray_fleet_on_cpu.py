@@ -113,6 +113,12 @@ def test_a_killed_fleet_driver_leaves_no_server_behind_on_cpu(seen):
     assert seen["servers_left_after_driver_killed"] == []
 
 
+def test_ctrl_c_to_the_fleet_command_stops_every_server_on_cpu(seen):
+    assert seen["servers_before_ctrl_c"] == 2
+    assert seen["ctrl_c_exit"] == 0  # agentrl-envs up: Ctrl-C is the normal way to stop it
+    assert seen["servers_left_after_ctrl_c"] == []
+
+
 # ---------------------------------------------------------------------------- configuration
 
 
