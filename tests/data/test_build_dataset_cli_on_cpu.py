@@ -67,7 +67,16 @@ def test_a_training_set_from_a_held_out_split_needs_a_flag_on_cpu(controller, tm
     assert Counter(pd.read_parquet(val)["data_source"]) == {"guess": 100}  # guess/README: test = 0..99
 
 
-def test_an_unreachable_controller_is_one_line_on_cpu(tmp_path, capsys):
+def test_an_unreachable_controller_is_one_line_on_cpu(tmp_path, capsys, monkeypatch):
+    import functools
+
+    from agentrl_ext.env import client
+    from agentrl_ext.env.client import ControllerClient, RetryPolicy
+
+    # the same error after a 2 s wait instead of the 60 s default (what the client waits is tested in tests/env)
+    monkeypatch.setattr(
+        client, "ControllerClient", functools.partial(ControllerClient, retry=RetryPolicy(deadline_s=2.0))
+    )
     url = f"http://127.0.0.1:{free_port()}/api"
     with pytest.raises(SystemExit) as exc:
         build_main(["--controller-url", url, "--tasks", "guess", "--out", str(tmp_path / "x.parquet")])

@@ -320,7 +320,14 @@ def test_a_dead_model_endpoint_fails_the_command_on_cpu(controller, tmp_path, ca
     assert EvalReport.load(out).summary["guess_test"].failed == 2  # the results are still written
 
 
-def test_an_unreachable_controller_is_one_line_on_cpu(tmp_path, capsys):
+def test_an_unreachable_controller_is_one_line_on_cpu(tmp_path, capsys, monkeypatch):
+    import functools
+
+    from agentrl_ext.env.client import RetryPolicy
+    from agentrl_ext.eval import runner
+
+    # the same error after a 2 s wait instead of the 60 s default (what the client waits is tested in tests/env)
+    monkeypatch.setattr(runner, "RetryPolicy", functools.partial(RetryPolicy, deadline_s=2.0))
     url = f"http://127.0.0.1:{free_port()}/api"
     with pytest.raises(SystemExit) as exc:
         eval_main(["--controller-url", url, "--tasks", "guess", "--model", "m", "--base-url", url])
