@@ -149,3 +149,12 @@ def test_retry_after_is_capped_by_the_policy():
     assert policy.backoff(1) == 0.0
     assert policy.backoff(1, retry_after_s=1.5) == 1.5
     assert policy.backoff(1, retry_after_s=3600) == 2.0
+
+
+def test_the_clients_wait_out_a_controller_restart_of_a_minute_by_default():
+    """What the CLIs' one-line "unreachable" errors come after (their tests shorten it): the
+    documented 60 s, in the client and in what the eval runner and the dataset builder use."""
+    from agentrl_ext.env.client import ControllerClient
+
+    assert RetryPolicy().deadline_s == 60.0
+    assert ControllerClient("http://127.0.0.1:9/api").retry.deadline_s == 60.0
