@@ -29,6 +29,15 @@ def only_loopback() -> bool:
     return [name for _index, name in socket.if_nameindex()] == ["lo"]
 
 
+def namespace_unavailable() -> str | None:
+    """Why a loopback-only network namespace cannot be made here (None: it can)."""
+    if os.geteuid() != 0:
+        return "the multi-node Ray tests create a network namespace: run them as root"
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "the multi-node Ray tests need unshare (util-linux) and ip (iproute2)"
+    return None
+
+
 def loopback_namespace_argv(argv: Sequence[str]) -> list[str]:
     """``argv`` run in a new network namespace with only ``lo`` (up)."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_ext.testing.ray_cluster import in_loopback_namespace
+from agentrl_ext.testing.ray_cluster import in_loopback_namespace, namespace_unavailable
 
 pytestmark = pytest.mark.slow
 
@@ -18,6 +18,8 @@ SCENARIO = Path(__file__).with_name("ray_fleet_train_scenario.py")
 
 
 def test_main_job_trains_with_its_fleet_on_ray_nodes_on_cpu(tmp_path):
+    if reason := namespace_unavailable():
+        pytest.skip(reason)
     out = tmp_path / "seen.json"
     done = in_loopback_namespace([sys.executable, str(SCENARIO), str(out)], timeout_s=1700)
     assert out.exists(), f"the scenario failed (exit {done.returncode}):\n{done.stderr[-6000:]}"

@@ -17,7 +17,7 @@ import pytest
 from agentrl_ext.env.launcher import command, stack
 from agentrl_ext.env.launcher.ray_fleet import RayFleet
 from agentrl_ext.env.launcher.stack import EnvStack
-from agentrl_ext.testing.ray_cluster import in_loopback_namespace
+from agentrl_ext.testing.ray_cluster import in_loopback_namespace, namespace_unavailable
 
 SCENARIOS = Path(__file__).with_name("ray_fleet_scenarios.py")
 sys.path.insert(0, str(SCENARIOS.parent))
@@ -26,6 +26,8 @@ import ray_fleet_scenarios as scenario  # noqa: E402  (its constants: the bounds
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory):
+    if reason := namespace_unavailable():
+        pytest.skip(reason)
     out = tmp_path_factory.mktemp("ray_fleet") / "seen.json"
     done = in_loopback_namespace([sys.executable, str(SCENARIOS), str(out)], timeout_s=600)
     if not out.exists() or done.returncode != 0:
