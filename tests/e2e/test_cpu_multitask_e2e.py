@@ -99,8 +99,8 @@ def test_main_job_shortened_on_cpu(tmp_path):
     for task in TASKS:
         assert f"agentrl/task/{task}/success_rate" in metrics
         # what each task fed the update (read back from the advantages verl wrote)
-        for signal in ("informative_group_share", "adv_abs_mean", "action_token_share"):
-            assert f"agentrl/task/{task}/signal/{signal}" in metrics
+        for name in ("informative_group_share", "adv_abs_mean", "action_token_share"):
+            assert f"agentrl/task/{task}/signal/{name}" in metrics
     assert sum(metrics[f"agentrl/task/{t}/signal/action_token_share"] for t in TASKS) == pytest.approx(1.0)
     # the table is printed and kept, the plots are written
     for task in TASKS:
