@@ -250,7 +250,10 @@ def test_joining_a_ray_cluster_forwards_the_variables_verls_processes_need_on_cp
         {"VERL_PLATFORM": os.environ["VERL_PLATFORM"]} if "VERL_PLATFORM" in os.environ else {}
     )
     env_vars = OmegaConf.to_container(joined.ray_kwargs.ray_init.runtime_env.env_vars)
-    assert env_vars["VERL_FILE_LOGGER_PATH"] == "/runs/a/metrics.jsonl" and str(env_vars["TQ_NUM_THREADS"]) == "1"
+    assert (
+        env_vars["VERL_FILE_LOGGER_PATH"] == "/runs/a/metrics.jsonl"
+        and str(env_vars["TQ_NUM_THREADS"]) == "1"
+    )
 
 
 def test_cpu_defaults_are_logged_old_to_new_on_cpu(caplog):
