@@ -139,6 +139,16 @@ def test_placement_options_are_checked_naming_the_fix_on_cpu(kwargs, message):
         EnvStack(tasks=["guess"], **kwargs)
 
 
+def test_no_cluster_to_join_is_one_error_naming_the_fix_on_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # no ray_current_cluster: "auto" finds nothing
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    fleet = RayFleet(tasks=["guess"], task_kwargs={}, replicas={"guess": 1}, port=5020)
+    with pytest.raises(
+        RuntimeError, match=r"placement ray: no Ray cluster at 'auto'.*--ray-address HEAD:6379"
+    ):
+        fleet.start()
+
+
 def test_per_node_names_started_tasks_on_cpu():
     with pytest.raises(
         ValueError, match=r"per_node \{'calc': 1\}: each count must be >= 1 and name a started task"

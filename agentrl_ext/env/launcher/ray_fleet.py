@@ -337,7 +337,16 @@ class RayFleet:
 
         try:
             if not ray.is_initialized():
-                ray.init(address=self.address, namespace=f"agentrl-envs-{self.fleet_id}", log_to_driver=False)
+                try:
+                    ray.init(
+                        address=self.address, namespace=f"agentrl-envs-{self.fleet_id}", log_to_driver=False
+                    )
+                except ConnectionError as exc:
+                    raise RuntimeError(
+                        f"placement ray: no Ray cluster at {self.address!r} ({exc}). Start one (`ray start --head` "
+                        f"on the head, `ray start --address HEAD:6379 --resources '{{\"{self.resource}\": N}}'` on "
+                        "each environment node), or name it: --ray-address HEAD:6379 (agentrl.envs.ray_address)"
+                    ) from None
                 self._connected = True
             self._driver_ip = ray.util.get_node_ip_address()
             self.check_addresses()
