@@ -114,6 +114,21 @@ def main(out: Path) -> None:
         import ray as _ray
 
         seen["connected_after_refusal"] = _ray.is_initialized()
+        # a start that fails half-way (a worker whose task refuses its kwargs) stops what started
+        try:
+            EnvStack(
+                tasks=["guess"],
+                port=free_port(),
+                placement="ray",
+                ray_address=cluster.address,
+                kwargs={"guess": {"high": 1}},
+                ready_timeout_s=60,
+            ).start()
+            seen["failed_start_error"] = None
+        except RuntimeError as exc:
+            seen["failed_start_error"] = str(exc)
+        seen["servers_after_failed_start"] = [argv for _pid, argv in server_processes()]
+        seen["connected_after_failed_start"] = _ray.is_initialized()
         stack = EnvStack(
             tasks=["guess", "calc"],
             port=free_port(),

@@ -64,6 +64,14 @@ def test_a_fleet_the_cluster_cannot_host_is_refused_naming_the_fix_on_cpu(seen):
     assert seen["connected_after_refusal"] is False  # a failed start leaves no Ray connection
 
 
+def test_a_start_that_fails_half_way_stops_what_started_on_cpu(seen):
+    error = seen["failed_start_error"]
+    assert error is not None and "worker guess could not start on its node" in error
+    assert "high must be an integer >= 2" in error  # the server's own words, from its log
+    assert seen["servers_after_failed_start"] == []  # the controller it had started is gone too
+    assert seen["connected_after_failed_start"] is False
+
+
 def test_the_secret_is_in_no_command_line_environment_or_ray_table_on_cpu(seen):
     assert seen["server_processes"] == 6  # 1 controller + 3 guess + 2 calc, all checked
     assert seen["secret_in_argv"] is False

@@ -501,6 +501,9 @@ class RayFleet:
                     f"worker {member.key} was not placed within {timeout_s:g}s: no node offers what it asks "
                     f"({self.worker_resources(str(member.task))}); see `ray status`"
                 ) from None
+            except ray.exceptions.RayActorError as exc:  # its server did not start: the log says why
+                cause = getattr(exc, "cause", None) or getattr(exc, "error_msg", None) or exc
+                raise RuntimeError(f"worker {member.key} could not start on its node: {cause}") from None
         counts: dict[str, int] = {}
         for member in self.workers.values():
             counts[str(member.task)] = counts.get(str(member.task), 0) + 1
