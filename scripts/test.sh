@@ -28,6 +28,14 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2
       || echo "[test] could not install docker.io/debootstrap: $missing_means"
   fi
 fi
+# unshare (util-linux) and ip (iproute2) for the multi-node Ray tests' loopback-only network namespace
+if ! command -v unshare >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[test] installing util-linux and iproute2"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq util-linux iproute2) >/dev/null \
+      || echo "[test] could not install util-linux/iproute2: $missing_means"
+  fi
+fi
 dockerd_started=0
 if command -v dockerd >/dev/null 2>&1; then
   if ! bash scripts/dockerd.sh status >/dev/null 2>&1; then
