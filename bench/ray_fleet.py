@@ -182,7 +182,10 @@ def main() -> None:
     args.out.write_text(
         json.dumps(
             {
-                "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                # paths relative to the checkout: the results say nothing of the machine they ran on
+                "settings": {
+                    k: (os.path.relpath(v, REPO) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                },
                 "heartbeat_s": HEARTBEAT_S,
                 "heartbeat_timeout_s": HEARTBEAT_TIMEOUT_S,
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
