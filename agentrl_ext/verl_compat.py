@@ -271,19 +271,27 @@ def _plain(values: Any) -> list[Any]:
     return [getattr(item, "data", item) for item in items]
 
 
-def batch_samples(batch: Any) -> dict[str, list[Any]]:
-    """Per-sample ``uid``, ``data_source``, ``extra_fields`` (dicts) and ``reward`` (summed
-    ``rm_scores``) of a v1 trainer batch (a TransferQueue ``KVBatchMeta``)."""
+def _batch_with_ids(batch: Any, fields: list[str]) -> tuple[dict[str, list[Any]], Any]:
+    """``fields`` of a v1 trainer batch (a TransferQueue ``KVBatchMeta``), and each sample's
+    ``uid`` and ``data_source`` as strings."""
     import transfer_queue as tq
 
     data = tq.kv_batch_get(
-        keys=batch.keys,
-        partition_id=batch.partition_id,
-        select_fields=["uid", "data_source", "extra_fields", "rm_scores"],
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "data_source", *fields]
     )
-    return {
+    ids = {
         "uid": [str(u) for u in _plain(data["uid"])],
         "data_source": [str(t) for t in _plain(data["data_source"])],
+    }
+    return ids, data
+
+
+def batch_samples(batch: Any) -> dict[str, list[Any]]:
+    """Per-sample ``uid``, ``data_source``, ``extra_fields`` (dicts) and ``reward`` (summed
+    ``rm_scores``) of a v1 trainer batch (a TransferQueue ``KVBatchMeta``)."""
+    ids, data = _batch_with_ids(batch, ["extra_fields", "rm_scores"])
+    return {
+        **ids,
         "extra_fields": [e if isinstance(e, dict) else {} for e in _plain(data["extra_fields"])],
         "reward": [float(r.sum()) for r in data["rm_scores"].unbind(0)],
     }
@@ -294,16 +302,9 @@ def batch_advantages(batch: Any) -> dict[str, list[Any]]:
     ``data_source``, ``advantages`` and ``response_mask`` (1-D tensors of the response length).
     verl's ``_compute_advantage`` stores the advantages as a jagged tensor over the response
     (``response_to_nested(advantages, response_mask)``)."""
-    import transfer_queue as tq
-
-    data = tq.kv_batch_get(
-        keys=batch.keys,
-        partition_id=batch.partition_id,
-        select_fields=["uid", "data_source", "advantages", "response_mask"],
-    )
+    ids, data = _batch_with_ids(batch, ["advantages", "response_mask"])
     return {
-        "uid": [str(u) for u in _plain(data["uid"])],
-        "data_source": [str(t) for t in _plain(data["data_source"])],
+        **ids,
         "advantages": list(data["advantages"].unbind()),
         "response_mask": list(data["response_mask"].unbind()),
     }

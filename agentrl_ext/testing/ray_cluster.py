@@ -5,7 +5,7 @@ machine's interface address), so a multi-node cluster on this machine would list
 loopback. :func:`in_loopback_namespace` runs a command in a new network namespace whose only
 interface is ``lo`` (Linux, root: ``unshare --net``); there Ray falls back to 127.0.0.1 and
 nothing the cluster or the fleet opens is reachable from outside the namespace.
-:func:`local_cluster` refuses to start anywhere else.
+:class:`LocalCluster` refuses to start anywhere else.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 RAY_TMPDIR = "RAY_TMPDIR"
@@ -40,8 +39,6 @@ def namespace_unavailable() -> str | None:
 
 def loopback_namespace_argv(argv: Sequence[str]) -> list[str]:
     """``argv`` run in a new network namespace with only ``lo`` (up)."""
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        raise RuntimeError("a loopback-only network namespace needs unshare (util-linux) and ip (iproute2)")
     return ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
 
 
@@ -50,8 +47,8 @@ def in_loopback_namespace(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` in a new loopback-only network namespace (root); its output captured as text
     (``capture``) or shown."""
-    if os.geteuid() != 0:
-        raise RuntimeError("the multi-node Ray tests create a network namespace: run them as root")
+    if reason := namespace_unavailable():
+        raise RuntimeError(reason)
     # Ray's files of its own: a plain ray.init() elsewhere on this machine (another test, another
     # job) joins the cluster named in $RAY_TMPDIR/ray/ray_current_cluster, which must not be ours
     ray_tmp = tempfile.mkdtemp(prefix="rayns-", dir="/tmp")  # short: Ray's socket paths are bounded
@@ -134,21 +131,18 @@ class LocalCluster:
     def freeze(self, node: Any) -> list[int]:
         """SIGSTOP every process of ``node`` (Ray's and all their descendants): the node vanished
         without closing anything. :meth:`remove` ends them (SIGKILL works on stopped processes)."""
-        roots = {info.process.pid for infos in node.all_processes.values() for info in infos if info.process}
-        children: dict[int, list[int]] = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as handle:
-                        ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
+        import psutil
+
+        tree: list[int] = []
+        for infos in node.all_processes.values():
+            for info in infos:
+                if info.process is None:
                     continue
-                children.setdefault(ppid, []).append(int(entry))
-        tree, todo = [], list(roots)
-        while todo:
-            pid = todo.pop()
-            tree.append(pid)
-            todo += children.get(pid, [])
+                try:
+                    root = psutil.Process(info.process.pid)
+                    tree += [p.pid for p in [root, *root.children(recursive=True)]]
+                except psutil.NoSuchProcess:
+                    continue
         for pid in tree:
             try:
                 os.kill(pid, signal.SIGSTOP)
@@ -171,38 +165,23 @@ class LocalCluster:
         self.cluster.shutdown()
 
 
-@contextmanager
-def local_cluster(env_nodes: int, slots: int, head_cpus: int = 2) -> Iterator[LocalCluster]:
-    """A head and ``env_nodes`` environment nodes of ``slots`` each; shut down on exit."""
-    cluster = LocalCluster(head_cpus=head_cpus)
-    try:
-        for _ in range(env_nodes):
-            cluster.add_env_node(slots)
-        yield cluster
-    finally:
-        cluster.shutdown()
-
-
 SERVER_MARKERS = ("-m agentrl_ext.env.controller", "-m agentrl_ext.env.worker")
 
 
 def server_processes(markers: Sequence[str] = SERVER_MARKERS) -> list[tuple[int, str]]:
     """(pid, command line) of every live (not zombie) controller or task-worker process in this
     process's network namespace."""
+    import psutil
+
     here = os.readlink("/proc/self/ns/net")
     out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if os.readlink(f"/proc/{entry}/ns/net") != here:
+            if os.readlink(f"/proc/{proc.pid}/ns/net") != here:
                 continue
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                argv = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            with open(f"/proc/{entry}/stat") as handle:
-                state = handle.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+        except OSError:
             continue
-        if state != "Z" and any(marker in argv for marker in markers):
-            out.append((int(entry), argv))
+        argv = " ".join(proc.info["cmdline"] or [])
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(marker in argv for marker in markers):
+            out.append((proc.pid, argv))
     return out

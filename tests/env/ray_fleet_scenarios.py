@@ -84,11 +84,17 @@ def _environ_has(pid: int, text: str) -> bool:
         return False
 
 
+def fleet_of(cluster: Any, tasks: list[str], **options: Any) -> Any:
+    """An ``EnvStack`` of ``tasks`` placed on ``cluster`` (a ``LocalCluster``), on a free port."""
+    from agentrl_ext.env.launcher.processes import free_port
+    from agentrl_ext.env.launcher.stack import EnvStack
+
+    return EnvStack(tasks=tasks, port=free_port(), placement="ray", ray_address=cluster.address, **options)
+
+
 def main(out: Path) -> None:
     import ray
 
-    from agentrl_ext.env.launcher.processes import free_port
-    from agentrl_ext.env.launcher.stack import EnvStack
     from agentrl_ext.testing.ray_cluster import LocalCluster, server_processes
 
     seen: dict[str, Any] = {}
@@ -101,13 +107,7 @@ def main(out: Path) -> None:
         node_b = cluster.add_env_node(4)
         # 0. a fleet the cluster cannot host is refused before anything starts, naming the fix
         try:
-            EnvStack(
-                tasks=["guess"],
-                port=free_port(),
-                placement="ray",
-                ray_address=cluster.address,
-                replicas={"guess": 9},
-            ).start()
+            fleet_of(cluster, ["guess"], replicas={"guess": 9}).start()
             seen["capacity_error"] = None
         except ValueError as exc:
             seen["capacity_error"] = str(exc)
@@ -116,24 +116,15 @@ def main(out: Path) -> None:
         seen["connected_after_refusal"] = _ray.is_initialized()
         # a start that fails half-way (a worker whose task refuses its kwargs) stops what started
         try:
-            EnvStack(
-                tasks=["guess"],
-                port=free_port(),
-                placement="ray",
-                ray_address=cluster.address,
-                kwargs={"guess": {"high": 1}},
-                ready_timeout_s=60,
-            ).start()
+            fleet_of(cluster, ["guess"], kwargs={"guess": {"high": 1}}, ready_timeout_s=60).start()
             seen["failed_start_error"] = None
         except RuntimeError as exc:
             seen["failed_start_error"] = str(exc)
         seen["servers_after_failed_start"] = [argv for _pid, argv in server_processes()]
         seen["connected_after_failed_start"] = _ray.is_initialized()
-        stack = EnvStack(
-            tasks=["guess", "calc"],
-            port=free_port(),
-            placement="ray",
-            ray_address=cluster.address,
+        stack = fleet_of(
+            cluster,
+            ["guess", "calc"],
             replicas={"guess": 3},
             per_node={"calc": 1},
             secret_file=str(secret_file),
@@ -251,14 +242,7 @@ def main(out: Path) -> None:
 
         # 6. the fleet's driver killed (SIGKILL: no clean-up of its own): Ray ends its actors,
         # and each server process dies with its actor
-        orphan = EnvStack(
-            tasks=["guess"],
-            port=free_port(),
-            placement="ray",
-            ray_address=cluster.address,
-            fleet_process=True,
-            ready_timeout_s=120,
-        )
+        orphan = fleet_of(cluster, ["guess"], fleet_process=True, ready_timeout_s=120)
         orphan.start()
         seen["servers_under_killed_driver"] = len(server_processes())
         assert orphan.driver is not None
@@ -270,14 +254,7 @@ def main(out: Path) -> None:
         seen["driver_killed_cleanup_s"] = time.monotonic() - killed_at
 
         # 7. Ctrl-C to agentrl-envs up --placement ray: it stops everything itself and exits
-        interrupted = EnvStack(
-            tasks=["guess"],
-            port=free_port(),
-            placement="ray",
-            ray_address=cluster.address,
-            fleet_process=True,
-            ready_timeout_s=120,
-        )
+        interrupted = fleet_of(cluster, ["guess"], fleet_process=True, ready_timeout_s=120)
         interrupted.start()
         assert interrupted.driver is not None and interrupted.driver.proc is not None
         seen["servers_before_ctrl_c"] = len(server_processes())

@@ -39,9 +39,10 @@ from agentrl_ext.env.launcher.processes import (
     script_path,
     wait_routable,
     wait_until,
+    wants_mariadb,
     worker_argv,
 )
-from agentrl_ext.env.launcher.stack import EnvStack, launch_from_config, wants_mariadb
+from agentrl_ext.env.launcher.stack import EnvStack, launch_from_config
 
 __all__ = [
     "CONTAINER_LABEL",

@@ -24,6 +24,7 @@ import httpx
 from agentrl_ext import cli
 from agentrl_ext.env.auth import CLIENT_SECRET_ENV, bearer, load_secret
 from agentrl_ext.env.protocol import API_PREFIX
+from agentrl_ext.env.tasks import task_spec
 
 LOOPBACK = "127.0.0.1"
 WILDCARD_HOSTS = ("0.0.0.0", "::")
@@ -44,9 +45,23 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(sock.getsockname()[1])
 
 
+def local_host(host: str) -> str:
+    """The address this host reaches a server bound to ``host`` at (loopback for a wildcard)."""
+    return LOOPBACK if host in WILDCARD_HOSTS else host
+
+
+def wants_mariadb(name: str, kwargs: dict[str, Any]) -> bool:
+    """Whether the task runs on the MariaDB server (needs it, and no SQLite backend was asked for)."""
+    return (
+        "mariadb" in task_spec(name).needs
+        and kwargs.get("backend") != "sqlite"
+        and not kwargs.get("mariadb_url")
+    )
+
+
 def listening(port: int, host: str = LOOPBACK) -> bool:
     """Whether something accepts connections on ``host:port`` (a wildcard host: on 127.0.0.1)."""
-    host = LOOPBACK if host in WILDCARD_HOSTS else host.strip("[]")
+    host = local_host(host).strip("[]")
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.settimeout(1.0)
         return sock.connect_ex((host, port)) == 0

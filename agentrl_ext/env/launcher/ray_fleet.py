@@ -45,11 +45,15 @@ import httpx
 from agentrl_ext.env.auth import WORKER_SECRET_ENV, is_loopback, require_secret_beyond_loopback
 from agentrl_ext.env.launcher.processes import (
     ServerProcess,
+    _script,
     api_url,
     controller_argv,
+    free_port,
     list_workers,
+    local_host,
     script_path,
     wait_until,
+    wants_mariadb,
     worker_argv,
 )
 from agentrl_ext.env.tasks import task_spec
@@ -79,17 +83,13 @@ def _private_file(folder: Path, name: str, text: str) -> str:
 
 def _node_service(script: str, command: str) -> str:
     """The address a node's own server gives (``scripts/mariadb.sh url``, ``dockerd.sh host``)."""
-    import subprocess
-
-    path = script_path(script)
-    status = subprocess.run(["bash", str(path), "status"], capture_output=True, text=True, timeout=60)
-    if status.returncode != 0:
+    if _script(script, "status").returncode != 0:
+        resource = NEED_RESOURCES["mariadb" if "mariadb" in script else "docker"]
         raise RuntimeError(
-            f"this node offers {NEED_RESOURCES['mariadb' if 'mariadb' in script else 'docker']} but its "
-            f"server is not running: run `bash {path} start` on it (or stop offering the resource)"
+            f"this node offers {resource} but its server is not running: run `bash {script_path(script)} start` "
+            "on it (or stop offering the resource)"
         )
-    out = subprocess.run(["bash", str(path), command], capture_output=True, text=True, timeout=60)
-    return out.stdout.strip()
+    return _script(script, command).stdout.strip()
 
 
 class ServerActor:
@@ -119,14 +119,11 @@ class ServerActor:
             )
             advertised = options.get("advertise_host") or self.node_ip
         else:
-            from agentrl_ext.env.launcher.processes import free_port
-
             host, port = self.node_ip, free_port(self.node_ip)
             kwargs = dict(options["kwargs"])
-            needs = task_spec(options["task"]).needs
-            if "mariadb" in needs and kwargs.get("backend") != "sqlite" and not kwargs.get("mariadb_url"):
+            if wants_mariadb(options["task"], kwargs):
                 kwargs["mariadb_url"] = _node_service("mariadb.sh", "url")
-            if "docker" in needs:
+            if "docker" in task_spec(options["task"]).needs:
                 env["DOCKER_HOST"] = _node_service("dockerd.sh", "host")
             argv = worker_argv(
                 task_spec(options["task"]).task_class,
@@ -155,15 +152,14 @@ class ServerActor:
         except BaseException:
             self.process.stop()
             raise
-        for path in secret_files.values():  # read at start-up: no copy stays on the node's disk
-            Path(path).unlink(missing_ok=True)
+        finally:  # read at start-up: no copy stays on the node's disk, whether the server came up or not
+            for path in secret_files.values():
+                Path(path).unlink(missing_ok=True)
         threading.Thread(target=self._watch, name=f"watch-{name}", daemon=True).start()
 
     def _watch(self) -> None:
         while not self._stopping:
-            if not self.process.alive:
-                if self._stopping:
-                    return
+            if not self.process.alive and not self._stopping:
                 logging.getLogger(__name__).error(
                     "%s exited (%s); ending the actor so that Ray restarts it:\n%s",
                     self.name,
@@ -266,7 +262,7 @@ class RayFleet:
         markers = {
             NEED_RESOURCES[need]: NEED_SLIVER
             for need in spec.needs
-            if need in NEED_RESOURCES and not (need == "mariadb" and kwargs.get("backend") == "sqlite")
+            if need in NEED_RESOURCES and (need != "mariadb" or wants_mariadb(task, kwargs))
         }
         return {
             "num_cpus": spec.worker_cpus,
@@ -301,7 +297,7 @@ class RayFleet:
         import ray
 
         offered = ray.cluster_resources()
-        nodes = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(self.resource, 0) > 0]
+        nodes = self.env_nodes()
         wanted: dict[str, float] = {}
         for task in self.tasks:
             count = self.replicas.get(task, 0) + self.per_node.get(task, 0) * len(nodes)
@@ -525,8 +521,7 @@ class RayFleet:
     @property
     def local_apis(self) -> list[str]:
         """The controllers' API bases as this (the driver's) node reaches them."""
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return [api_url(host, self.port + k) for k in range(self.shards)]
+        return [api_url(local_host(self.host), self.port + k) for k in range(self.shards)]
 
     def placements(self) -> list[dict[str, Any]]:
         """Each server's current role, name, node and address (asked of the actors now)."""

@@ -43,7 +43,9 @@ from agentrl_ext.env.launcher.processes import (
     front_argv,
     list_workers,
     listening,
+    local_host,
     wait_until,
+    wants_mariadb,
     worker_argv,
 )
 from agentrl_ext.env.launcher.ray_fleet import ENV_RESOURCE, PLACEMENTS, RayFleet
@@ -53,15 +55,6 @@ logger = logging.getLogger(__name__)
 
 READY_LINE = "agentrl-envs: ready"
 """What ``agentrl-envs up`` prints once every worker is routable."""
-
-
-def wants_mariadb(name: str, kwargs: dict[str, Any]) -> bool:
-    """Whether the task runs on the MariaDB server (needs it, and no SQLite backend was asked for)."""
-    return (
-        "mariadb" in task_spec(name).needs
-        and kwargs.get("backend") != "sqlite"
-        and not kwargs.get("mariadb_url")
-    )
 
 
 @dataclass
@@ -293,16 +286,11 @@ class EnvStack(ContainerWorkers):
         if self.fleet_process:
             self._start_fleet_process()
             return
-        per_node = {name: int(n) for name, n in self.per_node.items()}
         self.fleet = RayFleet(
             tasks=self.tasks,
             task_kwargs=self.task_kwargs,
-            # per_node replaces the one default worker; replicas given explicitly add to it
-            replicas={
-                name: (0 if name in per_node and name not in self._explicit_replicas else n)
-                for name, n in self.replicas.items()
-            },
-            per_node=per_node,
+            replicas=self.spread_replicas(),
+            per_node={name: int(n) for name, n in self.per_node.items()},
             port=self.port,
             host=self.host,
             advertise_host=self.advertise_host if self.advertise_host != self.host else None,
@@ -318,6 +306,14 @@ class EnvStack(ContainerWorkers):
             ready_timeout_s=self.ready_timeout_s,
         )
         self.fleet.start()
+
+    def spread_replicas(self) -> dict[str, int]:
+        """``ray`` placement: the workers per task Ray spreads over the nodes. A task in
+        ``per_node`` has only its per-node workers, unless ``replicas`` named it too."""
+        return {
+            name: 0 if name in self.per_node and name not in self._explicit_replicas else n
+            for name, n in self.replicas.items()
+        }
 
     def fleet_argv(self) -> list[str]:
         """The ``agentrl-envs up --placement ray`` command line of this stack (``fleet_process``)."""
@@ -336,9 +332,7 @@ class EnvStack(ContainerWorkers):
             argv += ["--advertise-host", self.advertise_host]
         if self.secret_file:
             argv += ["--secret-file", self.secret_file]
-        replicas = {
-            n: c for n, c in self.replicas.items() if n in self._explicit_replicas or n not in self.per_node
-        }
+        replicas = {name: n for name, n in self.spread_replicas().items() if n}
         if replicas:
             argv += ["--replicas", ",".join(f"{n}={c}" for n, c in replicas.items())]
         if self.per_node:
@@ -451,8 +445,7 @@ class EnvStack(ContainerWorkers):
     @property
     def _local_api(self) -> str:
         """The controller's API as this host reaches it (the bind address; loopback for a wildcard)."""
-        host = LOOPBACK if self.host in WILDCARD_HOSTS else self.host
-        return api_url(host, self.port)
+        return api_url(local_host(self.host), self.port)
 
     def dead(self) -> list[str]:
         """Names of the parts that stopped on their own (the controller, workers, containers; with
