@@ -87,10 +87,14 @@ class TinyModelSpec:
     #: are never a token, but an untrained model gives them probability, which verl's vLLM rollout
     #: masks and its FSDP actor does not (docs/cpu_backend.md): 1 pads nothing
     vocab_multiple: int = _VOCAB_MULTIPLE
+    #: every integer ``0 .. number_tokens - 1`` is one token (0: digit by digit, as Qwen2.5 splits
+    #: numbers). GPT-4's and Llama 3's tokenizers give every group of 1-3 digits one token; 1000
+    #: does that here, so a model copies a number from its context as one token
+    number_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if value <= 0:
+            if value < 0 or (value == 0 and name != "number_tokens"):
                 raise ValueError(f"TinyModelSpec.{name} must be positive, got {value}")
         if self.vocab_size < 256 + 1:
             raise ValueError(
@@ -142,6 +146,7 @@ def build_tokenizer(
     vocab_size: int = TinyModelSpec.vocab_size,
     extra_corpus: Sequence[str] = (),
     chat_template: str = "qwen25",
+    number_tokens: int = 0,
 ) -> PreTrainedTokenizerFast:
     """Return the tiny chat tokenizer: byte-level BPE, Qwen2.5 special tokens and chat template.
 
@@ -152,9 +157,16 @@ def build_tokenizer(
     play, so that their prompts and tool calls take few tokens (as a real model's tokenizer,
     trained on far more text, would); see ``agentrl.assets.tokenizer_expert_episodes``.
     ``chat_template``: a name of :data:`~agentrl_ext.models.chat_template.CHAT_TEMPLATES`.
+    ``number_tokens``: see :attr:`TinyModelSpec.number_tokens`. The numbers are added tokens (not
+    special), matched longest first before the pre-tokenizer: ``1234`` is ``123`` + ``4``.
     """
+    tokenizer = _train_bpe(vocab_size, extra_corpus)
+    if number_tokens:
+        tokenizer.add_tokens(
+            [AddedToken(str(n), special=False, normalized=False) for n in range(number_tokens)]
+        )
     return PreTrainedTokenizerFast(
-        tokenizer_object=_train_bpe(vocab_size, extra_corpus),
+        tokenizer_object=tokenizer,
         eos_token=IM_END,
         pad_token=ENDOFTEXT,
         unk_token=None,
@@ -237,6 +249,7 @@ def build_tiny_model(
     intermediate_size: int = TinyModelSpec.intermediate_size,
     max_position_embeddings: int = TinyModelSpec.max_position_embeddings,
     vocab_multiple: int = TinyModelSpec.vocab_multiple,
+    number_tokens: int = TinyModelSpec.number_tokens,
     extra_corpus: Sequence[str] = (),
     chat_template: str = "qwen25",
 ) -> Path:
@@ -257,10 +270,11 @@ def build_tiny_model(
         intermediate_size=intermediate_size,
         max_position_embeddings=max_position_embeddings,
         vocab_multiple=vocab_multiple,
+        number_tokens=number_tokens,
     )
     out = Path(out_dir)
     started = time.perf_counter()
-    tokenizer = build_tokenizer(spec.vocab_size, extra_corpus, chat_template)
+    tokenizer = build_tokenizer(spec.vocab_size, extra_corpus, chat_template, spec.number_tokens)
     tokenizer.model_max_length = spec.max_position_embeddings
     model = build_model(tokenizer, spec, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -291,7 +305,10 @@ def build_record(
     seed, a digest of the extra corpus and the chat template (when not the default). Equal records
     mean equal builds."""
     digest = hashlib.sha256("\n".join(extra_corpus).encode()).hexdigest()[:16] if extra_corpus else None
-    record = {"builder_version": BUILDER_VERSION, "spec": asdict(spec), "seed": seed, "extra_corpus": digest}
+    sizes = asdict(spec)
+    if not spec.number_tokens:
+        del sizes["number_tokens"]  # records of builds before the option stay valid
+    record = {"builder_version": BUILDER_VERSION, "spec": sizes, "seed": seed, "extra_corpus": digest}
     if chat_template != "qwen25":
         record["chat_template"] = chat_template
     return record
@@ -312,6 +329,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--num-kv-heads", type=int, default=defaults.num_kv_heads)
     parser.add_argument("--intermediate-size", type=int, default=defaults.intermediate_size)
     parser.add_argument("--max-position-embeddings", type=int, default=defaults.max_position_embeddings)
+    parser.add_argument(
+        "--number-tokens",
+        type=int,
+        default=defaults.number_tokens,
+        help="every integer below this is one token (0: digits)",
+    )
     return parser.parse_args(argv)
 
 
@@ -330,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             num_kv_heads=args.num_kv_heads,
             intermediate_size=args.intermediate_size,
             max_position_embeddings=args.max_position_embeddings,
+            number_tokens=args.number_tokens,
         )
     except ValueError as err:
         raise SystemExit(f"agentrl-tiny-model: {err}") from err

@@ -5,7 +5,11 @@ evaluated on the same held-out episodes:
 
 - ``full``: the recipe as it is (task-normalized GRPO, cross-policy sampling);
 - ``no_task_norm``: verl's ``grpo`` estimator instead (``algorithm.adv_estimator=grpo``);
-- ``no_cross_policy``: no stale pool (``agentrl.cross_policy.enable=false``).
+- ``no_cross_policy``: no stale pool (``agentrl.cross_policy.enable=false``);
+- ``single_task`` (AgentRL's Table 3: one model per task against the multi-task one): one run per
+  task of the recipe, RL on that task alone for ``1 / n_tasks`` of the recipe's steps (the recipe
+  interleaves the tasks round robin, so each single-task model gets as many RL episodes of its
+  task as the multi-task model did), evaluated on its own task.
 
 For every seed of ``--seeds`` (paired: seed k of every arm shares its data order, rollout and
 routing seeds), one ``agentrl-train`` run per arm. The first run (``full``, first seed) also runs
@@ -39,7 +43,10 @@ ARMS: dict[str, tuple[str, ...]] = {
     "full": (),
     "no_task_norm": ("algorithm.adv_estimator=grpo",),
     "no_cross_policy": ("agentrl.cross_policy.enable=false",),
+    "single_task": (),  # its overrides depend on the task: Plan.command
 }
+#: the arms not in the default ``--arms`` (Table 3's comparison, a separate question from Table 6's)
+EXTRA_ARMS = ("single_task",)
 #: the keys a seed sets, so that seed k of every arm sees the same data order, samples and routing
 SEED_KEYS = (
     "data.seed",
@@ -63,6 +70,8 @@ class Run:
     seed: int
     folder: Path
     warm_start: bool
+    #: the one task a ``single_task`` run trains and evaluates (None: the recipe's tasks)
+    task: str | None = None
 
     @property
     def result(self) -> Path:
@@ -78,6 +87,9 @@ class Plan:
     seeds: list[int]
     out: Path
     overrides: list[str] = field(default_factory=list)
+    #: the recipe's tasks and RL steps (with the overrides), which ``single_task`` divides
+    tasks: list[str] = field(default_factory=list)
+    rl_steps: int = 0
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.arms if a not in ARMS]
@@ -87,15 +99,31 @@ class Plan:
             raise ValueError("--arms must include full: every other arm is compared with it")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"--seeds {self.seeds}: give distinct seeds, e.g. 1,2")
+        if "single_task" in self.arms and len(self.tasks) < 2:
+            raise ValueError(
+                f"--arms single_task needs a recipe of several tasks; agentrl.envs.tasks is {self.tasks}"
+            )
+
+    @property
+    def single_task_steps(self) -> int:
+        """RL steps of a ``single_task`` run: the recipe's share of steps per task (at least 1)."""
+        return max(1, round(self.rl_steps / max(1, len(self.tasks))))
 
     @property
     def runs(self) -> list[Run]:
         arms = ["full", *[a for a in self.arms if a != "full"]]
-        return [
-            Run(arm, seed, self.out / f"{arm}_seed{seed}", warm_start=(arm, seed) == ("full", self.seeds[0]))
-            for seed in self.seeds
-            for arm in arms
-        ]
+        runs = []
+        for seed in self.seeds:
+            for arm in arms:
+                if arm == "single_task":
+                    runs += [
+                        Run(arm, seed, self.out / f"single_task_{task}_seed{seed}", False, task)
+                        for task in self.tasks
+                    ]
+                else:
+                    warm = (arm, seed) == ("full", self.seeds[0])
+                    runs.append(Run(arm, seed, self.out / f"{arm}_seed{seed}", warm_start=warm))
+        return runs
 
     @property
     def warm_start_run(self) -> Run:
@@ -126,13 +154,23 @@ class Plan:
                 "agentrl.assets.build_tiny_model=false",
                 f"actor_rollout_ref.model.path={self.sft_weights()}",
             ]
-        return argv + list(ARMS[run.arm]) + self.overrides
+        argv += list(ARMS[run.arm]) + self.overrides
+        if run.task is not None:
+            argv += [
+                f"agentrl.envs.tasks=[{run.task}]",
+                f"agentrl.eval.tasks=[{run.task}]",
+                f"trainer.total_training_steps={self.single_task_steps}",
+            ]
+        return argv
 
-    def estimate_s(self, rl_steps: int) -> float:
+    def estimate_s(self) -> float:
         """What the runs left are expected to take (the constants above, measured on 2 cores)."""
         left = [r for r in self.runs if not r.result.exists()]
         return sum(
-            RUN_OVERHEAD_S + RL_STEP_S * rl_steps + (WARM_START_S if r.warm_start else 0.0) for r in left
+            RUN_OVERHEAD_S
+            + RL_STEP_S * (self.rl_steps if r.task is None else self.single_task_steps)
+            + (WARM_START_S if r.warm_start else 0.0)
+            for r in left
         )
 
 
@@ -250,25 +288,34 @@ def to_json(plan: Plan, cells: dict[str, dict[str, Cell]], wall_s: float) -> dic
 # ---------------------------------------------------------------------------- the command
 
 
+def _name(run: Run) -> str:
+    return f"{run.arm}{'' if run.task is None else ' ' + run.task} seed {run.seed}"
+
+
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
-def _rl_steps(recipe: str, overrides: Sequence[str]) -> int:
+def _recipe_shape(recipe: str, overrides: Sequence[str]) -> tuple[list[str], int]:
+    """The recipe's tasks and RL steps, with ``overrides``."""
     from hydra import compose, initialize_config_dir
 
     from agentrl_ext.trainer.main import recipes_dir
 
     with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
         config = compose(config_name=recipe, overrides=[o for o in overrides if not o.startswith("hydra.")])
-    return int(config.trainer.total_training_steps or 0)
+    return [str(t) for t in config.agentrl.envs.tasks], int(config.trainer.total_training_steps or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``agentrl-ablate``: run the plan (or print it with ``--dry-run``), then write the table."""
     parser = cli.parser("agentrl-ablate", __doc__)
     parser.add_argument("--recipe", default="cpu_multitask", help="the recipe every arm trains")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of: {','.join(ARMS)}")
+    parser.add_argument(
+        "--arms",
+        default=",".join(a for a in ARMS if a not in EXTRA_ARMS),
+        help=f"comma-separated, of: {','.join(ARMS)} (default: all but {','.join(EXTRA_ARMS)})",
+    )
     parser.add_argument("--seeds", default="1,2", help="comma-separated seeds, paired across arms")
     parser.add_argument(
         "--out", type=Path, default=Path("outputs/ablations"), help="run folders and the table"
@@ -278,48 +325,55 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        tasks, steps = _recipe_shape(args.recipe, args.overrides)
         plan = Plan(
-            args.recipe, [a for a in args.arms.split(",") if a], seeds, args.out.resolve(), args.overrides
+            args.recipe,
+            [a for a in args.arms.split(",") if a],
+            seeds,
+            args.out.resolve(),
+            args.overrides,
+            tasks=tasks,
+            rl_steps=steps,
         )
     except ValueError as exc:
         parser.error(str(exc))
     runs = plan.runs
-    steps = _rl_steps(plan.recipe, plan.overrides)
+    single = (
+        f", single-task runs {plan.single_task_steps} steps on one task" if "single_task" in plan.arms else ""
+    )
     print(
-        f"agentrl-ablate: {len(runs)} runs ({len(plan.arms)} arms x {len(seeds)} seeds, {steps} RL steps each) "
-        f"of {plan.recipe} in {plan.out}; expected about {_minutes(plan.estimate_s(steps))} on 2 cores "
+        f"agentrl-ablate: {len(runs)} runs ({len(plan.arms)} arms x {len(seeds)} seeds, {steps} RL steps each{single}) "
+        f"of {plan.recipe} in {plan.out}; expected about {_minutes(plan.estimate_s())} on 2 cores "
         f"({sum(r.result.exists() for r in runs)} already done)",
         flush=True,
     )
     if args.dry_run:
         for i, run in enumerate(runs, 1):
             weights = "" if run.warm_start else " (from the warm start's SFT weights)"
-            print(f"[{i}/{len(runs)}] {run.arm} seed {run.seed}{weights}: {run.folder}")
+            print(f"[{i}/{len(runs)}] {_name(run)}{weights}: {run.folder}")
         return 0
     started = time.monotonic()
     plan.out.mkdir(parents=True, exist_ok=True)
     for i, run in enumerate(runs, 1):
         if run.result.exists():
-            print(
-                f"[{i}/{len(runs)}] {run.arm} seed {run.seed}: done before, kept ({run.result})", flush=True
-            )
+            print(f"[{i}/{len(runs)}] {_name(run)}: done before, kept ({run.result})", flush=True)
             continue
         run.folder.mkdir(parents=True, exist_ok=True)
         log = run.folder / "ablate.log"
         t0 = time.monotonic()
-        print(f"[{i}/{len(runs)}] {run.arm} seed {run.seed}: running (log {log}) ...", flush=True)
+        print(f"[{i}/{len(runs)}] {_name(run)}: running (log {log}) ...", flush=True)
         with log.open("w") as sink:
             code = subprocess.call(plan.command(run), stdout=sink, stderr=subprocess.STDOUT)
         if code != 0 or not run.result.exists():
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
             print(
-                f"agentrl-ablate: {run.arm} seed {run.seed} failed (exit {code}); log {log}:\n{tail}",
+                f"agentrl-ablate: {_name(run)} failed (exit {code}); log {log}:\n{tail}",
                 file=sys.stderr,
             )
             return 1
         print(
-            f"[{i}/{len(runs)}] {run.arm} seed {run.seed}: done in {_minutes(time.monotonic() - t0)}; "
-            f"about {_minutes(plan.estimate_s(steps))} left",
+            f"[{i}/{len(runs)}] {_name(run)}: done in {_minutes(time.monotonic() - t0)}; "
+            f"about {_minutes(plan.estimate_s())} left",
             flush=True,
         )
     cells = collect(plan)

@@ -9,6 +9,13 @@ a function of the last answer alone. Binary search needs at most
 ``ceil(log2(high + 1))`` guesses (5 for ``high`` = 16). The secret is ``Random(index)``'s draw;
 splits as in :mod:`envs.procedural` (the observation never shows the secret, so train and test
 samples share secrets, not seeds).
+
+With ``starts`` > 1 the range moves: sample ``i`` plays ``s..s + high - 1`` for a start ``s`` in
+``1..starts``, and the opening names it. Held out are the pairs (start, secret) with the secret at
+position ``s % high`` of its range (0 the bottom); the train split draws only the other positions.
+Every start opens train samples too, but an answer such as ``lower: from 4 to 4`` after the range
+4..6 follows only a test secret: the agent must read the number the answer gives it, as the
+guesses it never saw in training require (docs/learning_runs.md, session 15).
 """
 
 from __future__ import annotations
@@ -24,11 +31,9 @@ from ..procedural import ProceduralTask, integer_argument
 TOOLS = [function_tool("guess", "Guess the number.", {"number": {"type": "integer"}})]
 
 
-def opening(high: int, max_turns: int) -> str:
-    """The user message that starts a sample."""
-    return (
-        f"Guess my number from 1 to {high}. I answer higher, lower or correct. You have {max_turns} guesses."
-    )
+def opening(high: int, max_turns: int, low: int = 1) -> str:
+    """The user message that starts a sample (the range ``low..high``)."""
+    return f"Guess my number from {low} to {high}. I answer higher, lower or correct. You have {max_turns} guesses."
 
 
 def feedback(number: int, secret: int, left: tuple[int, int] | None = None) -> str:
@@ -63,10 +68,19 @@ class GuessTask(ProceduralTask):
     default_max_turns = 6
 
     def __init__(
-        self, high: int = 16, show_range: bool = False, partial_credit: float = 0.0, **kwargs: Any
+        self,
+        high: int = 16,
+        show_range: bool = False,
+        partial_credit: float = 0.0,
+        starts: int = 1,
+        **kwargs: Any,
     ) -> None:
-        if not isinstance(high, int) or high < 2:
+        if not isinstance(high, int) or isinstance(high, bool) or high < 2:
             raise ValueError(f"GuessTask: high must be an integer >= 2, got {high!r}")
+        if not isinstance(starts, int) or isinstance(starts, bool) or starts < 1:
+            raise ValueError(
+                f"GuessTask: starts must be an integer >= 1 (1: the range is always 1..high), got {starts!r}"
+            )
         if not isinstance(show_range, bool):
             raise ValueError(f"GuessTask: show_range must be true or false, got {show_range!r}")
         if isinstance(partial_credit, bool) or not (
@@ -76,18 +90,31 @@ class GuessTask(ProceduralTask):
                 f"GuessTask: partial_credit must be a number in [0, 1) (a solved sample gets 1), got {partial_credit!r}"
             )
         self.high = high
+        self.starts = starts
         self.show_range = show_range
         self.partial_credit = float(partial_credit)
         super().__init__(**kwargs)
 
+    def sample(self, index: SampleIndex) -> tuple[int, int, int]:
+        """``(low, high, secret)`` of sample ``index``: its range and the number to find."""
+        rng = self.rng(index)
+        if self.starts == 1:
+            return 1, self.high, rng.randint(1, self.high)
+        start = rng.randint(1, self.starts)
+        held_out = start % self.high
+        if index in self.test_indices:
+            position = held_out
+        else:
+            position = rng.choice([p for p in range(self.high) if p != held_out])
+        return start, start + self.high - 1, start + position
+
     def secret(self, index: SampleIndex) -> int:
         """The number to find in sample ``index``."""
-        return self.rng(index).randint(1, self.high)
+        return self.sample(index)[2]
 
     async def start_sample(self, index: SampleIndex, session: Session) -> SampleResult:
-        secret = self.secret(index)
-        session.inject({"role": "user", "content": opening(self.high, self.max_turns)})
-        low, high = 1, self.high
+        low, high, secret = self.sample(index)
+        session.inject({"role": "user", "content": opening(high, self.max_turns, low)})
         for turn in range(1, self.max_turns + 1):
             action = await session.action()
             call = action.tool_calls[0]

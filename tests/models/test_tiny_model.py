@@ -347,3 +347,30 @@ def test_extra_corpus_shortens_the_tasks_text_and_is_recorded_on_cpu(tmp_path: P
     a = json.loads((build_tiny_model(tmp_path / "a") / BUILD_RECORD).read_text())
     b = json.loads((build_tiny_model(tmp_path / "b", extra_corpus=corpus) / BUILD_RECORD).read_text())
     assert a["extra_corpus"] is None and b["extra_corpus"] and a["spec"] == b["spec"]
+
+
+def test_number_tokens_make_every_integer_below_the_bound_one_token_on_cpu(tmp_path: Path) -> None:
+    """``number_tokens=1000``: each of 0..999 is one token (as GPT-4's and Llama 3's 1-3 digit
+    groups), longer numbers split from the left, text round-trips; the record tells the builds apart."""
+    from agentrl_ext.models.tiny import BUILD_RECORD, build_tokenizer
+
+    grouped, plain = build_tokenizer(number_tokens=1000), build_tokenizer()
+
+    def pieces(tokenizer: PreTrainedTokenizerBase, text: str) -> list[str]:
+        return [tokenizer.decode([i]) for i in tokenizer(text)["input_ids"]]
+
+    for n in (0, 7, 10, 42, 99, 100, 512, 999):
+        assert pieces(grouped, str(n)) == [str(n)]
+    assert pieces(plain, "512") == ["5", "1", "2"]
+    assert pieces(grouped, "1234") == ["123", "4"]
+    assert pieces(grouped, "-137")[-1] == "137"
+    text = 'calculator {"expression": "12 * 19"} -> 228, answer 228'
+    assert grouped.decode(grouped(text)["input_ids"]) == text
+    assert {"12", "19", "228"} <= set(pieces(grouped, text))
+    assert len(grouped) >= len(plain) + 990  # the numbers the BPE had not merged are new ids
+    with pytest.raises(ValueError, match="number_tokens must be positive"):
+        TinyModelSpec(number_tokens=-1)
+
+    a = json.loads((build_tiny_model(tmp_path / "a") / BUILD_RECORD).read_text())
+    b = json.loads((build_tiny_model(tmp_path / "b", number_tokens=1000) / BUILD_RECORD).read_text())
+    assert "number_tokens" not in a["spec"] and b["spec"]["number_tokens"] == 1000

@@ -54,7 +54,7 @@ def test_a_run_without_sft_weights_is_named_on_cpu(tmp_path):
 @pytest.mark.parametrize(
     ("arms", "seeds", "message"),
     [
-        (["full", "no_ref"], [1], "choose from full,no_task_norm,no_cross_policy"),
+        (["full", "no_ref"], [1], "choose from full,no_task_norm,no_cross_policy,single_task"),
         (["no_task_norm"], [1], "must include full"),
         (["full"], [1, 1], "distinct seeds"),
     ],
@@ -120,3 +120,47 @@ def test_dry_run_prints_the_plan_and_its_time_on_cpu(tmp_path, capsys):
         "[1/6] full seed 3:" in out
         and "[6/6] no_cross_policy seed 4 (from the warm start's SFT weights)" in out
     )
+
+
+def test_single_task_runs_one_model_per_task_on_its_share_of_steps_on_cpu(tmp_path):
+    plan = Plan(
+        "cpu_multitask",
+        ["full", "single_task"],
+        [1],
+        tmp_path,
+        ["x=1"],
+        tasks=["guess", "calc", "gridroom"],
+        rl_steps=45,
+    )
+    runs = plan.runs
+    assert [(r.arm, r.task) for r in runs] == [
+        ("full", None), ("single_task", "guess"), ("single_task", "calc"), ("single_task", "gridroom"),
+    ]  # fmt: skip
+    _fake_sft(plan)
+    calc = plan.command(runs[2])
+    # 45 steps of 16 prompts round robin over 3 tasks: 15 steps of calc alone spend as many calc episodes
+    assert calc[-3:] == [
+        "agentrl.envs.tasks=[calc]",
+        "agentrl.eval.tasks=[calc]",
+        "trainer.total_training_steps=15",
+    ]
+    assert f"trainer.default_local_dir={tmp_path / 'single_task_calc_seed1'}" in calc
+    assert "agentrl.sft.enable=false" in calc
+    # each single-task model fills its own task's column
+    for run, k in zip(runs, (7, 6, 3, 5), strict=True):
+        run.result.parent.mkdir(parents=True)
+        _report(run.result, {"guess": k, "calc": k, "gridroom": k} if run.task is None else {run.task: k})
+    cells = collect(plan)
+    assert {task: cells[task]["single_task"].rates for task in cells} == {
+        "guess": {1: 0.6}, "calc": {1: 0.3}, "gridroom": {1: 0.5},
+    }  # fmt: skip
+    assert "| calc | 70.0% ±" in render(plan, cells) and "; -40.0 ±" in render(plan, cells)
+    with pytest.raises(ValueError, match="single_task needs a recipe of several tasks"):
+        Plan("cpu_multitask", ["full", "single_task"], [1], tmp_path, tasks=["guess"], rl_steps=45)
+
+
+def test_dry_run_of_single_task_prints_each_tasks_run_on_cpu(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "--seeds", "1", "--arms", "full,single_task", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4 runs (2 arms x 1 seeds, 45 RL steps each, single-task runs 15 steps on one task)" in out
+    assert "[3/4] single_task calc seed 1 (from the warm start's SFT weights)" in out

@@ -202,3 +202,70 @@ async def test_prompts_fit_the_tiny_model_context_on_cpu(task_class):
     # measured with the tiny tokenizer of BUILDER_VERSION 1: 265 / 326 / 313 and 478 / 438 / 745
     assert worst_prompt <= 340
     assert worst_episode <= 760
+
+
+def test_guess_starts_hold_out_a_secret_position_of_every_range_on_cpu():
+    # 1..7 start the range 1..3, 2..4, ..., 7..9; held out: the secret at position start % 3
+    train, test = GuessTask(high=3, starts=7), GuessTask(high=3, starts=7, split="test")
+    pairs = {split: set() for split in ("train", "test")}
+    for split, task in (("train", train), ("test", test)):
+        for index in task.split_indices(split):
+            low, high, secret = task.sample(index)
+            assert (high - low, low <= secret <= high) == (2, True)
+            pairs[split].add((low, secret))
+    expected_test = {(1, 2), (2, 4), (3, 3), (4, 5), (5, 7), (6, 6), (7, 8)}
+    assert pairs["test"] == expected_test  # written out by hand: start + start % 3
+    everything = {(low, low + k) for low in range(1, 8) for k in range(3)}
+    assert pairs["train"] == everything - expected_test
+    # every start opens train samples as well (only its held-out secret is new)
+    assert {low for low, _ in pairs["train"]} == {low for low, _ in pairs["test"]}
+    # starts=1 keeps the range 1..high and the secrets of before
+    assert [GuessTask(high=3).secret(i) for i in range(20)] == [
+        __import__("random").Random(i).randint(1, 3) for i in range(20)
+    ]
+    for bad in (0, "2", True):
+        with pytest.raises(ValueError, match="starts must be an integer >= 1"):
+            GuessTask(starts=bad)
+
+
+async def test_guess_starts_name_the_range_and_the_expert_reads_it_on_cpu():
+    task = GuessTask(high=3, starts=7, show_range=True, max_turns=2, split="test")
+    index = next(i for i in range(100) if task.sample(i)[:2] == (5, 7))  # held out: secret 7
+    played = await play(task, index, guess_expert)
+    assert played.messages[0]["content"].startswith("Guess my number from 5 to 7.")
+    assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
+        "higher: from 7 to 7",
+        "correct",
+    ]
+    for index in range(100):  # the expert wins every held-out game in 2 guesses
+        assert (await play(task, index, guess_expert)).status == SampleStatus.COMPLETED
+
+
+async def test_gridroom_show_moves_names_the_goals_direction_and_the_open_moves_on_cpu():
+    task = GridRoomTask(show_moves=True)
+    indices = task.split_indices("test") + task.split_indices("train")
+    # the agent at 0,0, the door at 0,1 (locked), the key at 2,1
+    index = next(
+        i
+        for i in indices
+        if (task.layout(i).start, task.layout(i).door, task.layout(i).key) == ((0, 0), (0, 1), (2, 1))
+    )
+    steps = [("move", {"direction": d}) for d in ("up", "down", "down", "right", "up", "up")]
+    played = await play(task, index, scripted(*steps))
+    assert played.messages[0]["content"].endswith(
+        "You have 8 moves. You at 0,0. Key at 2,1 (down right). Door at 0,1. Open: down."
+    )
+    assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
+        "Wall. You at 0,0. Key at 2,1 (down right). Door at 0,1. Open: down.",
+        "You at 1,0. Key at 2,1 (down right). Door at 0,1. Open: up down right.",
+        "You at 2,0. Key at 2,1 (right). Door at 0,1. Open: up right.",
+        "Got the key. You at 2,1 with key. Door at 0,1 (up). Open: up left right.",
+        "You at 1,1 with key. Door at 0,1 (up). Open: up down left right.",
+        "The door opens.",
+    ]
+    assert (played.status, played.reward) == (SampleStatus.COMPLETED, 1.0)
+    # the expert still reads it, and off by default nothing changes
+    assert (await play(task, index, gridroom_expert)).status == SampleStatus.COMPLETED
+    assert "Open" not in (await play(GridRoomTask(), index, gridroom_expert)).messages[0]["content"]
+    with pytest.raises(ValueError, match="show_moves must be true or false"):
+        GridRoomTask(show_moves="yes")
