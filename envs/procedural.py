@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Hashable
 from typing import Any
 
@@ -110,13 +111,22 @@ class ProceduralTask(Task):
         return index
 
 
+INTEGER = re.compile(r"-?\d+")
+
+
+def integer_text(text: str) -> int | None:
+    """``text`` as an int when it is one (``-12``, `` 7 ``), else None (``--6``, ``6-``, ``1e3``)."""
+    text = text.strip()
+    return int(text) if INTEGER.fullmatch(text) else None
+
+
 def integer_argument(call: ToolCall, key: str) -> int:
     """``call.arguments[key]`` as an int (a JSON integer or a string of digits).
 
     Anything else raises :class:`InvalidAction` with ``agent validation failed``.
     """
     value = call.arguments.get(key)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 6:
+    if isinstance(value, str) and len(value.strip()) <= 6 and integer_text(value) is not None:
         return int(value.strip())
     if isinstance(value, int) and not isinstance(value, bool):
         return value

@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -159,7 +160,7 @@ def parse_indices(spec: str) -> list[Any]:
                     f"index range {part!r} must be START:STOP with integers, e.g. 0:100"
                 ) from None
         else:
-            values.append(int(part) if part.lstrip("-").isdigit() else part)
+            values.append(int(part) if re.fullmatch(r"-?\d+", part) else part)
     if not values:
         raise ValueError(f"index selection {spec!r} selects nothing; write e.g. 0:100 or 1,5,9")
     return values

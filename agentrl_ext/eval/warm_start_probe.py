@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -183,7 +184,7 @@ def _same(move: tuple[str, dict[str, Any]], expert: tuple[str, dict[str, Any]]) 
 
     def norm(value: Any) -> Any:
         text = str(value).replace(" ", "")
-        return int(text) if text.lstrip("-").isdigit() else text
+        return int(text) if re.fullmatch(r"-?\d+", text) else text
 
     return move[0] == expert[0] and {k: norm(v) for k, v in move[1].items()} == {
         k: norm(v) for k, v in expert[1].items()

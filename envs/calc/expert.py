@@ -12,7 +12,7 @@ import random
 import re
 from typing import Any
 
-from ..procedural import opening_text, tool_call_message, tool_exchanges
+from ..procedural import integer_text, opening_text, tool_call_message, tool_exchanges
 from .task import STEP
 
 Move = tuple[str, Any]
@@ -33,7 +33,7 @@ def _steps(messages: list[dict[str, Any]]) -> list[tuple[tuple[int, str, int] | 
     for arguments, reply in tool_exchanges(messages):
         match = STEP.fullmatch(str(arguments.get("expression", "")))
         step = (int(match.group(1)), match.group(2), int(match.group(3))) if match else None
-        steps.append((step, int(reply) if reply.lstrip("-").isdigit() else None))
+        steps.append((step, integer_text(reply)))
     return steps
 
 
@@ -87,8 +87,8 @@ def is_feasible(messages: list[dict[str, Any]], name: str, arguments: dict[str, 
     """Whether the call ``name(arguments)`` after ``messages`` is one of :func:`feasible_moves`."""
     if name == "answer":
         value = arguments.get("value")
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value.strip())
+        if isinstance(value, str):
+            value = integer_text(value)
         return ("answer", value) in feasible_moves(messages) and not isinstance(value, bool)
     match = STEP.fullmatch(str(arguments.get("expression", "")))
     if name != "calculator" or match is None:

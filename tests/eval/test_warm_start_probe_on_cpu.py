@@ -215,6 +215,7 @@ def test_gridroom_and_calc_feasible_checks_on_cpu():
     )
     assert not check(calc, "calculator", {"expression": "12 + 5"})
     assert not check(calc, "answer", {"value": 16})
+    assert not check(calc, "answer", {"value": "--16"}) and not check(calc, "answer", {"value": "16-"})
 
 
 def test_room_is_the_demonstrators_and_the_experts_success_on_cpu(controller_api):
@@ -261,6 +262,12 @@ def test_probe_counts_consistent_expert_and_invalid_moves_on_cpu(controller_api)
     assert 0.0 < seven.feasible < 1.0  # 7 is possible only after "higher"
     garbage = probe_moves(per_context(lambda messages, tools: ["guess 4"]), "guess", episodes)
     assert garbage.invalid == 1.0 and garbage.feasible == 0.0
+    # a number of dashes and digits that is no integer (a warm-started model wrote "--6"; the probe
+    # then stopped the whole job) is a move like any other: neither consistent nor the expert's
+    dashes = probe_moves(
+        per_context(lambda messages, tools: [_call_text("guess", {"number": "--6"})]), "guess", episodes
+    )
+    assert (dashes.feasible, dashes.expert, dashes.invalid) == (0.0, 0.0, 0.0)
 
 
 def test_hf_sampler_batches_left_padded_contexts_as_it_samples_them_alone_on_cpu(controller_api):

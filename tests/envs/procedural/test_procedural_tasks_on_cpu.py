@@ -148,6 +148,9 @@ def test_guess_partial_credit_must_stay_below_a_solved_sample_on_cpu(bad):
     [
         (GuessTask, ("guess", {"number": "eight"})),
         (GuessTask, ("guess", {})),
+        # not integers, though every character is a digit or a minus (found by a warm-started model)
+        (GuessTask, ("guess", {"number": "--6"})),
+        (CalcTask, ("answer", {"value": "6-"})),
         (CalcTask, ("calculator", {"expression": 12})),
         (CalcTask, ("answer", {"value": "twelve"})),
         (GridRoomTask, ("move", {"direction": "north"})),
