@@ -163,15 +163,19 @@ class Plan:
             ]
         return argv
 
-    def estimate_s(self) -> float:
-        """What the runs left are expected to take (the constants above, measured on 2 cores)."""
-        left = [r for r in self.runs if not r.result.exists()]
-        return sum(
-            RUN_OVERHEAD_S
-            + RL_STEP_S * (self.rl_steps if r.task is None else self.single_task_steps)
-            + (WARM_START_S if r.warm_start else 0.0)
-            for r in left
-        )
+    def expected_s(self, run: Run) -> float:
+        """What ``run`` is expected to take by the constants above (measured on 2 cores)."""
+        steps = self.rl_steps if run.task is None else self.single_task_steps
+        return RUN_OVERHEAD_S + RL_STEP_S * steps + (WARM_START_S if run.warm_start else 0.0)
+
+    def estimate_s(self, took: dict[Run, float] | None = None) -> float:
+        """What the runs left are expected to take. ``took``: runs finished in this invocation and
+        their seconds; the constants are then scaled by how this machine compares with them (a
+        shared machine's speed varies by 2x from day to day)."""
+        scale = 1.0
+        if took:
+            scale = sum(took.values()) / sum(self.expected_s(r) for r in took)
+        return scale * sum(self.expected_s(r) for r in self.runs if not r.result.exists())
 
 
 # ---------------------------------------------------------------------------- the table
@@ -353,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(runs)}] {_name(run)}{weights}: {run.folder}")
         return 0
     started = time.monotonic()
+    took: dict[Run, float] = {}
     plan.out.mkdir(parents=True, exist_ok=True)
     for i, run in enumerate(runs, 1):
         if run.result.exists():
@@ -371,9 +376,10 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
+        took[run] = time.monotonic() - t0
         print(
-            f"[{i}/{len(runs)}] {_name(run)}: done in {_minutes(time.monotonic() - t0)}; "
-            f"about {_minutes(plan.estimate_s())} left",
+            f"[{i}/{len(runs)}] {_name(run)}: done in {_minutes(took[run])}; "
+            f"about {_minutes(plan.estimate_s(took))} left",
             flush=True,
         )
     cells = collect(plan)

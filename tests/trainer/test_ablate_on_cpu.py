@@ -164,3 +164,16 @@ def test_dry_run_of_single_task_prints_each_tasks_run_on_cpu(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "4 runs (2 arms x 1 seeds, 45 RL steps each, single-task runs 15 steps on one task)" in out
     assert "[3/4] single_task calc seed 1 (from the warm start's SFT weights)" in out
+
+
+def test_the_estimate_follows_this_machines_pace_on_cpu(tmp_path):
+    from agentrl_ext.trainer.ablate import RL_STEP_S, RUN_OVERHEAD_S, WARM_START_S
+
+    plan = Plan("cpu_multitask", ["full", "no_task_norm"], [1, 2], tmp_path, tasks=["guess"], rl_steps=45)
+    one = RUN_OVERHEAD_S + 45 * RL_STEP_S  # a run without the warm start, by the constants
+    assert plan.estimate_s() == pytest.approx(4 * one + WARM_START_S)
+    # the first run took twice its constants: the three left are expected at twice theirs too
+    first = plan.runs[0]
+    first.result.parent.mkdir(parents=True)
+    first.result.write_text("{}")
+    assert plan.estimate_s({first: 2 * (one + WARM_START_S)}) == pytest.approx(2 * 3 * one)
