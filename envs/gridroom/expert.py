@@ -11,7 +11,7 @@ from collections import deque
 from typing import Any
 
 from ..procedural import tool_call_message
-from .task import MOVES, SIZE, Cell
+from .task import MOVES, SIZE, Cell, Layout, open_moves
 
 _CELL = r"(\d),(\d)"
 
@@ -66,12 +66,7 @@ def legal_moves(messages: list[dict[str, Any]]) -> list[str]:
     """The directions that move the agent after ``messages``: not into the outer wall, not into the
     door while it is locked (every observation says where both are)."""
     agent, door, key = _state(messages)
-    moves = []
-    for name, (d_row, d_col) in MOVES.items():
-        target = (agent[0] + d_row, agent[1] + d_col)
-        if 0 <= target[0] < SIZE and 0 <= target[1] < SIZE and not (target == door and key is not None):
-            moves.append(name)
-    return moves
+    return open_moves(agent, key is None, Layout(agent, key or agent, door))
 
 
 def feasible_action(messages: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
