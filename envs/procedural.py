@@ -126,8 +126,9 @@ def integer_argument(call: ToolCall, key: str) -> int:
     Anything else raises :class:`InvalidAction` with ``agent validation failed``.
     """
     value = call.arguments.get(key)
-    if isinstance(value, str) and len(value.strip()) <= 6 and integer_text(value) is not None:
-        return int(value.strip())
+    number = integer_text(value) if isinstance(value, str) and len(value.strip()) <= 6 else None
+    if number is not None:
+        return number
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise InvalidAction(
