@@ -77,6 +77,19 @@ class Run:
     def result(self) -> Path:
         return self.folder / "eval" / "after_rl.json"
 
+    @property
+    def timing(self) -> Path:
+        """``{"took_s": ...}``, written when the run finishes: a resumed ablation's estimate and
+        its table's wall time count the runs of earlier invocations too."""
+        return self.folder / "ablate_run.json"
+
+    def took_s(self) -> float | None:
+        """The seconds this run took, if it finished with its time recorded."""
+        try:
+            return float(json.loads(self.timing.read_text())["took_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
 
 @dataclass
 class Plan:
@@ -168,11 +181,17 @@ class Plan:
         steps = self.rl_steps if run.task is None else self.single_task_steps
         return RUN_OVERHEAD_S + RL_STEP_S * steps + (WARM_START_S if run.warm_start else 0.0)
 
+    def took(self) -> dict[Run, float]:
+        """The finished runs whose time is recorded (this invocation's and earlier ones'), in seconds."""
+        times = {run: run.took_s() for run in self.runs if run.result.exists()}
+        return {run: t for run, t in times.items() if t is not None}
+
     def estimate_s(self, took: dict[Run, float] | None = None) -> float:
-        """What the runs left are expected to take. ``took``: runs finished in this invocation and
-        their seconds; the constants are then scaled by how this machine compares with them (a
-        shared machine's speed varies by 2x from day to day)."""
+        """What the runs left are expected to take. ``took``: finished runs and their seconds
+        (default: those recorded, :meth:`took`); the constants are then scaled by how this machine
+        compares with them (a shared machine's speed varies by 2x from day to day)."""
         scale = 1.0
+        took = self.took() if took is None else took
         if took:
             scale = sum(took.values()) / sum(self.expected_s(r) for r in took)
         return scale * sum(self.expected_s(r) for r in self.runs if not r.result.exists())
@@ -256,12 +275,15 @@ def render(plan: Plan, cells: dict[str, dict[str, Cell]]) -> str:
     return "\n".join(lines)
 
 
-def to_json(plan: Plan, cells: dict[str, dict[str, Cell]], wall_s: float) -> dict[str, Any]:
+def to_json(plan: Plan, cells: dict[str, dict[str, Cell]], took: dict[Run, float]) -> dict[str, Any]:
+    """The table as JSON, with each run's recorded seconds and their sum (``wall_s``: runs of every
+    invocation, whose time was recorded)."""
     out: dict[str, Any] = {
         "recipe": plan.recipe,
         "seeds": plan.seeds,
         "overrides": plan.overrides,
-        "wall_s": wall_s,
+        "wall_s": sum(took.values()),
+        "runs_s": {_name(run): seconds for run, seconds in took.items()},
     }
     out["tasks"] = {
         task: {
@@ -318,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--arms",
         default=",".join(a for a in ARMS if a not in EXTRA_ARMS),
-        help=f"comma-separated, of: {','.join(ARMS)} (default: all but {','.join(EXTRA_ARMS)})",
+        help=f"comma-separated, of: {','.join(ARMS)} ({','.join(EXTRA_ARMS)} only when named)",
     )
     parser.add_argument("--seeds", default="1,2", help="comma-separated seeds, paired across arms")
     parser.add_argument(
@@ -356,8 +378,6 @@ def main(argv: list[str] | None = None) -> int:
             weights = "" if run.warm_start else " (from the warm start's SFT weights)"
             print(f"[{i}/{len(runs)}] {_name(run)}{weights}: {run.folder}")
         return 0
-    started = time.monotonic()
-    took: dict[Run, float] = {}
     plan.out.mkdir(parents=True, exist_ok=True)
     for i, run in enumerate(runs, 1):
         if run.result.exists():
@@ -376,18 +396,16 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        took[run] = time.monotonic() - t0
+        run.timing.write_text(json.dumps({"took_s": time.monotonic() - t0}))
         print(
-            f"[{i}/{len(runs)}] {_name(run)}: done in {_minutes(took[run])}; "
-            f"about {_minutes(plan.estimate_s(took))} left",
+            f"[{i}/{len(runs)}] {_name(run)}: done in {_minutes(time.monotonic() - t0)}; "
+            f"about {_minutes(plan.estimate_s())} left",
             flush=True,
         )
     cells = collect(plan)
     table = render(plan, cells)
     (plan.out / "ablations.md").write_text(table + "\n")
-    (plan.out / "ablations.json").write_text(
-        json.dumps(to_json(plan, cells, time.monotonic() - started), indent=1)
-    )
+    (plan.out / "ablations.json").write_text(json.dumps(to_json(plan, cells, plan.took()), indent=1))
     print(table)
     return 0
 

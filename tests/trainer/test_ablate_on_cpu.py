@@ -177,3 +177,39 @@ def test_the_estimate_follows_this_machines_pace_on_cpu(tmp_path):
     first.result.parent.mkdir(parents=True)
     first.result.write_text("{}")
     assert plan.estimate_s({first: 2 * (one + WARM_START_S)}) == pytest.approx(2 * 3 * one)
+
+
+def test_a_resumed_ablation_paces_and_times_itself_by_the_runs_of_earlier_invocations_on_cpu(
+    tmp_path, monkeypatch, capsys
+):
+    """Each finished run records its seconds; a re-run command's estimate scales by them, and the
+    table's JSON sums them (a resumed ablation's own wall time would count only the runs left)."""
+    import json
+    import subprocess
+
+    from agentrl_ext.trainer import ablate
+
+    plan = Plan("cpu_multitask", ["full", "no_task_norm"], [1], tmp_path, tasks=["guess"], rl_steps=45)
+    first, second = plan.runs
+    first.result.parent.mkdir(parents=True)
+    _report(first.result, {"guess": 7})
+    first.timing.write_text(json.dumps({"took_s": 2 * plan.expected_s(first)}))
+    # the kept run took twice its constants: the one left is expected at twice its own
+    assert plan.estimate_s() == pytest.approx(2 * plan.expected_s(second))
+    (tmp_path / "full_seed1" / "sft" / "global_step_4" / "huggingface").mkdir(parents=True)
+
+    def fake_run(argv, stdout, stderr):  # the second run "trains": its evaluation appears
+        second.result.parent.mkdir(parents=True)
+        _report(second.result, {"guess": 6})
+        return 0
+
+    monkeypatch.setattr(ablate, "_recipe_shape", lambda recipe, overrides: (["guess"], 45))
+    monkeypatch.setattr(subprocess, "call", fake_run)
+    assert main(["--out", str(tmp_path), "--seeds", "1", "--arms", "full,no_task_norm"]) == 0
+    out = capsys.readouterr().out
+    assert f"about {round(2 * plan.expected_s(second) / 60)} min on 2 cores (1 already done)" in out
+    recorded = json.loads(second.timing.read_text())["took_s"]
+    assert 0 <= recorded < 60
+    table = json.loads((tmp_path / "ablations.json").read_text())
+    assert table["runs_s"] == {"full seed 1": 2 * plan.expected_s(first), "no_task_norm seed 1": recorded}
+    assert table["wall_s"] == pytest.approx(2 * plan.expected_s(first) + recorded)
