@@ -17,6 +17,11 @@ session 15, compares the two on the main job's data).
     .venv/bin/python bench/reading_curve.py --task guess --steps 1500 \\
         --task-kwargs '{"high": 3, "starts": 7, "show_range": true, "max_turns": 2}'
     .venv/bin/python bench/reading_curve.py --task calc --hidden 64 --layers 2
+    .venv/bin/python bench/reading_curve.py --task guess,calc,gridroom --lr 1e-3 --steps 3000 \\
+        --task-kwargs '{"guess": {"high": 3, "starts": 7, "show_range": true, "max_turns": 2}, "gridroom": {"show_moves": true}}'
+
+With several tasks, each step's batch is one task's, round robin (what a warm start without
+padding across tasks would do), and every probe scores each task.
 """
 
 from __future__ import annotations
@@ -138,9 +143,16 @@ def probe(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", choices=sorted(TASKS), default="guess")
     parser.add_argument(
-        "--task-kwargs", default="{}", help="JSON: the task's kwargs (as agentrl.envs.task_kwargs)"
+        "--task",
+        default="guess",
+        help=f"one task of {','.join(sorted(TASKS))}, or several comma-separated: each step's batch is "
+        "one task's, round robin (the warm start without padding across tasks)",
+    )
+    parser.add_argument(
+        "--task-kwargs",
+        default="{}",
+        help="JSON: the task's kwargs (as agentrl.envs.task_kwargs); with several tasks {task: kwargs}",
     )
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
@@ -148,20 +160,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--probe-every", type=int, default=250)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--episodes", type=int, default=1000, help="demonstrations to train on")
+    parser.add_argument("--episodes", type=int, default=1000, help="demonstrations to train on, per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    names = [t for t in args.task.split(",") if t]
+    unknown = [t for t in names if t not in TASKS]
+    if unknown or not names:
+        parser.error(f"--task {args.task}: choose from {','.join(sorted(TASKS))}")
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    kwargs = json.loads(args.task_kwargs)
-    train, expert = task_and_expert(args.task, "train", kwargs)
-    test, _ = task_and_expert(args.task, "test", kwargs)
-    train_episodes = asyncio.run(demonstrations(train, expert, args.episodes, rng))
-    test_episodes = asyncio.run(demonstrations(test, expert, 100, rng))
-    # the main job's tokenizer: the compact template, 32 expert episodes of the task in its corpus
+    given = json.loads(args.task_kwargs)
+    kwargs = {t: given.get(t, {}) for t in names} if len(names) > 1 else {names[0]: given}
+    tasks = {}
+    for name in names:
+        train, expert = task_and_expert(name, "train", kwargs[name])
+        test, _ = task_and_expert(name, "test", kwargs[name])
+        tasks[name] = (
+            train,
+            expert,
+            asyncio.run(demonstrations(train, expert, args.episodes, rng)),
+            asyncio.run(demonstrations(test, expert, 100, rng)),
+        )
+    # the main job's tokenizer: the compact template, 32 expert episodes of each task in its corpus
     template = build_tokenizer(chat_template="compact")
-    corpus = [template.apply_chat_template(m, tools=train.tools, tokenize=False) for m in train_episodes[:32]]
+    corpus = [
+        template.apply_chat_template(m, tools=train.tools, tokenize=False)
+        for train, _, episodes, _ in tasks.values()
+        for m in episodes[:32]
+    ]
     tokenizer = build_tokenizer(
         extra_corpus=corpus, chat_template="compact", number_tokens=args.number_tokens
     )
@@ -174,18 +201,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     model = build_model(tokenizer, spec, seed=args.seed)
     model.train()
-    data = [encode(tokenizer, train.tools, m) for m in train_episodes]
+    data = {
+        name: [encode(tokenizer, train.tools, m) for m in episodes]
+        for name, (train, _, episodes, _) in tasks.items()
+    }
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     name = f"h{args.hidden}l{args.layers}"
     print(
-        f"{args.task} {kwargs} model {name} ({model.num_parameters()} parameters), {args.steps} steps at LR {args.lr}"
+        f"{args.task} {given} model {name} ({model.num_parameters()} parameters), {args.steps} steps at LR {args.lr}"
     )
-    print("| step | loss (EMA) | opening consistent | after an answer consistent | wall s |")
-    print("|---|---|---|---|---|")
+    print("| step | task | loss (EMA) | opening consistent | after an answer consistent | wall s |")
+    print("|---|---|---|---|---|---|")
     rows = []
-    started, ema = time.perf_counter(), None
+    started = time.perf_counter()
+    ema: dict[str, float] = {}
     for step in range(1, args.steps + 1):
-        batch = rng.sample(data, 16)
+        task = names[(step - 1) % len(names)]
+        batch = rng.sample(data[task], 16)
         width = max(len(ids) for ids, _ in batch)
         ids = torch.full((16, width), tokenizer.pad_token_id)
         mask = torch.zeros(16, width)
@@ -200,20 +232,23 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        ema[task] = loss.item() if task not in ema else 0.98 * ema[task] + 0.02 * loss.item()
         if step % args.probe_every == 0 or step == args.steps:
-            shares = probe(model, tokenizer, train.tools, expert, test_episodes)
             wall = time.perf_counter() - started
-            rows.append({"step": step, "loss_ema": ema, **shares, "wall_s": wall})
-            print(
-                f"| {step} | {ema:.4f} | {shares['opening']:.2f} | {shares['after']:.2f} | {wall:.0f} |",
-                flush=True,
-            )
-    out = args.out or ROOT / "bench" / "results" / f"reading_curve_{args.task}_{name}.json"
+            for task, (train, expert, _, test_episodes) in tasks.items():
+                shares = probe(model, tokenizer, train.tools, expert, test_episodes)
+                rows.append({"step": step, "task": task, "loss_ema": ema.get(task), **shares, "wall_s": wall})
+                print(
+                    f"| {step} | {task} | {ema.get(task, float('nan')):.4f} | {shares['opening']:.2f} "
+                    f"| {shares['after']:.2f} | {wall:.0f} |",
+                    flush=True,
+                )
+    label = "+".join(names)
+    out = args.out or ROOT / "bench" / "results" / f"reading_curve_{label}_{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
-            {"task": args.task, "task_kwargs": kwargs, "model": name, "lr": args.lr, "rows": rows}, indent=1
+            {"tasks": names, "task_kwargs": kwargs, "model": name, "lr": args.lr, "rows": rows}, indent=1
         )
         + "\n"
     )
