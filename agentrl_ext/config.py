@@ -384,6 +384,11 @@ class SFTConfig(Freezable):
     lr_scheduler: str = "cosine"
     #: tokens per episode at most (longer episodes are an error: raise it)
     max_length: int = 1024
+    #: every batch one task's episodes (``agentrl_ext.trainer.sft_dataset.TaskBatchSampler``; each
+    #: task keeps its share of the steps). The CPU platform pads a batch to its longest episode, so
+    #: batches that mix short and long tasks cost the long one's length for every row; on the main
+    #: job's data one task per batch halves the tokens a step. Off: verl's shuffled mixed batches
+    batch_by_task: bool = False
     #: seed of verl's SFT trainer (data order, init of anything random)
     seed: int = 1
     #: extra overrides for verl.trainer.sft_trainer (e.g. [optim.weight_decay=0.0])

@@ -354,10 +354,11 @@ def register_agent_loop_by_path(name: str, module: str, qualname: str) -> None:
     register(name)(stand_in)
 
 
-def sft_dataset_with_tools_from(column: str, name: str, module: str) -> type:
+def sft_dataset_with_tools_from(column: str, name: str, module: str, group_column: str = "task") -> type:
     """verl's ``MultiTurnSFTDataset``, rendering each row's tools from the JSON text in ``column``
     (when the files have it) instead of the ``tools`` struct column; named ``module.name`` so that
-    verl's ``data.custom_cls`` can load it.
+    verl's ``data.custom_cls`` can load it. It also keeps each row's ``group_column`` value
+    (``batch_groups``) and the data config's ``train_batch_size`` (``global_batch_size``).
 
     ``MultiTurnSFTDataset._read_files_and_process`` reads the parquet files into ``self.dataframe``
     and each row's tools into ``self.tools``, which ``__getitem__`` renders; the subclass replaces
@@ -368,14 +369,56 @@ def sft_dataset_with_tools_from(column: str, name: str, module: str) -> type:
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
     class Dataset(MultiTurnSFTDataset):
+        #: each row's task (the ``task`` column, when the files have it), for a sampler that
+        #: batches one task at a time (:func:`use_sft_train_sampler`); None: no such column
+        batch_groups: list[str] | None = None
+        #: the data config's ``train_batch_size`` (the global batch)
+        global_batch_size: int | None = None
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            config = args[2] if len(args) > 2 else kwargs.get("config")
+            size = (config or {}).get("train_batch_size")
+            self.global_batch_size = int(size) if size else None
+
         def _read_files_and_process(self) -> None:
             super()._read_files_and_process()
             if column in self.dataframe.columns:
                 self.tools = [json.loads(text) for text in self.dataframe[column].tolist()]
+            if group_column in self.dataframe.columns:
+                self.batch_groups = [str(g) for g in self.dataframe[group_column].tolist()]
 
     Dataset.__name__ = Dataset.__qualname__ = name
     Dataset.__module__ = module
     return Dataset
+
+
+def use_sft_train_sampler(sampler: type) -> None:
+    """Make verl's SFT trainer build its samplers with ``sampler`` instead of torch's
+    ``DistributedSampler``.
+
+    ``verl.trainer.sft_trainer.SFTTrainer._build_dataloader`` calls the module's
+    ``DistributedSampler(dataset, shuffle=..., num_replicas=..., rank=..., drop_last=True)`` for the
+    train split (and the validation split, unshuffled), then batches its indices in order with
+    ``data.train_batch_size // dp_size`` per batch. Replace that module attribute; ``sampler`` takes
+    the same arguments. Call it in the trainer's process, before its ``main``.
+    """
+    import inspect
+
+    import verl.trainer.sft_trainer as sft_trainer
+    from torch.utils.data import DistributedSampler
+
+    source = inspect.getsource(sft_trainer.SFTTrainer._build_dataloader)
+    if sft_trainer.DistributedSampler not in (DistributedSampler, sampler) or not re.search(
+        r"DistributedSampler\(\s*self\.train_dataset, shuffle=True, num_replicas=dp_size, rank=dp_rank",
+        source,
+    ):
+        raise RuntimeError(
+            "verl.trainer.sft_trainer no longer builds its train sampler as "
+            "DistributedSampler(self.train_dataset, shuffle=True, num_replicas=dp_size, rank=dp_rank, ...); "
+            "update agentrl_ext.verl_compat.use_sft_train_sampler"
+        )
+    setattr(sft_trainer, "DistributedSampler", sampler)  # noqa: B010  (mypy: a class name)
 
 
 def set_replica_server(replica: Any, handle: Any, address: str) -> None:

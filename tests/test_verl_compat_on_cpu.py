@@ -386,3 +386,40 @@ def test_without_colocated_rollout_leaves_verls_trainer_only_training_workers_on
     trainer = Trainer.__new__(Trainer)
     verl_compat.without_colocated_rollout(trainer)
     assert roles(trainer) == {Role.Actor, Role.RefPolicy}
+
+
+def test_sft_train_sampler_replaces_the_one_verls_sft_trainer_builds_on_cpu(monkeypatch, tmp_path):
+    """``SFTTrainer._build_dataloader`` builds its samplers from the module's ``DistributedSampler``
+    (checked in its source by the hook); the hook swaps that name. The dataset keeps each row's task
+    and the data config's global batch, which the sampler reads."""
+    import json
+
+    import pandas as pd
+    import verl.trainer.sft_trainer as sft_trainer
+    from omegaconf import OmegaConf
+    from torch.utils.data import DistributedSampler
+    from transformers import AutoTokenizer
+
+    from agentrl_ext.testing.tiny_model import tiny_model_path
+
+    class Sampler(DistributedSampler):
+        pass
+
+    monkeypatch.setattr(sft_trainer, "DistributedSampler", sft_trainer.DistributedSampler)
+    assert sft_trainer.DistributedSampler is DistributedSampler
+    verl_compat.use_sft_train_sampler(Sampler)
+    assert sft_trainer.DistributedSampler is Sampler
+
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    path = tmp_path / "rows.parquet"
+    pd.DataFrame(
+        [{"messages": messages, "tools_json": json.dumps([]), "task": t} for t in ("guess", "calc", "guess")]
+    ).to_parquet(path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    config = OmegaConf.create(
+        {"max_length": 256, "truncation": "error", "pad_mode": "no_padding", "train_batch_size": 8}
+    )
+    dataset = verl_compat.sft_dataset_with_tools_from("tools_json", "Grouped", __name__)(
+        str(path), tokenizer, config
+    )
+    assert (dataset.batch_groups, dataset.global_batch_size) == (["guess", "calc", "guess"], 8)

@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 #: the column holding each row's tool schemas as JSON text (read by ``sft_dataset.ExpertSFTDataset``)
 TOOLS_JSON_COLUMN = "tools_json"
+#: the column naming each row's task (``sft_dataset.TaskBatchSampler`` batches one task at a time)
+TASK_COLUMN = "task"
 
 #: a tqdm progress update (``12/60 [00:10<00:40, 1.2it/s]``)
 PROGRESS = re.compile(rb"\d+/\d+ \[[^\]]*(?:it/s|s/it)\]")
@@ -122,13 +124,18 @@ def expert_rows(
         logger.info(
             "%s: %d of %d demonstrations won; the lost ones are kept (keep_lost)", task, won, len(episodes)
         )
-    return [_row(e.messages, e.tools) for e in kept]
+    return [_row(e.messages, e.tools, task) for e in kept]
 
 
-def _row(messages: Any, tools: Any) -> dict[str, Any]:
-    """One SFT row: the conversation, the tool schemas, and the same schemas as JSON text."""
+def _row(messages: Any, tools: Any, task: str) -> dict[str, Any]:
+    """One SFT row: the conversation, the tool schemas, the same schemas as JSON text, the task."""
     tools = _clean(tools)
-    return {"messages": _clean(messages), "tools": tools, TOOLS_JSON_COLUMN: json.dumps(tools)}
+    return {
+        "messages": _clean(messages),
+        "tools": tools,
+        TOOLS_JSON_COLUMN: json.dumps(tools),
+        TASK_COLUMN: task,
+    }
 
 
 def write_expert_dataset(
@@ -183,7 +190,8 @@ def sft_command(
     """The ``torch.distributed.run`` command line of verl's SFT trainer for these inputs."""
     files = ",".join(str(Path(p).resolve()) for p in train_files)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=1"]
-    argv += ["-m", "verl.trainer.sft_trainer"]
+    # batch_by_task: verl's SFT trainer with one task per batch (agentrl_ext.trainer.sft_main)
+    argv += ["-m", "agentrl_ext.trainer.sft_main" if sft.batch_by_task else "verl.trainer.sft_trainer"]
     argv += [
         f"model.path={Path(model_path).resolve()}",
         f"data.train_files=[{files}]",

@@ -282,3 +282,85 @@ def test_sft_child_gets_every_core_on_the_cpu_platform_on_cpu(monkeypatch):
     assert env["TOKENIZERS_PARALLELISM"] == "false" and env["PATH"] == "/bin"
     assert sft_environment({"OMP_NUM_THREADS": "3"}, cpu=True)["OMP_NUM_THREADS"] == "3"  # the user's value
     assert "OMP_NUM_THREADS" not in sft_environment({}, cpu=False)  # GPUs: torchrun's own rule
+
+
+class _Rows:
+    """A dataset as TaskBatchSampler sees it: each row's task and the global batch size."""
+
+    def __init__(self, groups, batch, size=None):
+        self.batch_groups, self.global_batch_size = groups, batch
+        self.size = len(groups) if size is None else size
+
+    def __len__(self):
+        return self.size
+
+
+def test_task_batches_hold_one_task_each_and_keep_every_tasks_share_on_cpu():
+    from agentrl_ext.trainer.sft_dataset import TaskBatchSampler
+
+    groups = ["guess"] * 40 + ["calc"] * 30 + ["gridroom"] * 21  # gridroom: 5 batches and 1 row left
+    sampler = TaskBatchSampler(_Rows(groups, 4), shuffle=True, num_replicas=1, rank=0, drop_last=True, seed=3)
+    order = list(sampler)
+    batches = [order[i : i + 4] for i in range(0, len(order), 4)]
+    assert len(order) == len(sampler) == 4 * (10 + 7 + 5)
+    assert all(len({groups[i] for i in batch}) == 1 for batch in batches)
+    assert sorted(groups[b[0]] for b in batches).count("guess") == 10
+    assert len(set(order)) == len(order)  # no row twice in an epoch
+    # the tasks are interleaved, not one after another
+    assert {groups[b[0]] for b in batches[:6]} != {groups[batches[0][0]]}
+    sampler.set_epoch(1)
+    assert list(sampler) != order and len(list(sampler)) == len(order)
+    # two replicas take alternate batches of half the global batch: disjoint, each one task
+    ranks = [
+        list(TaskBatchSampler(_Rows(groups, 8), shuffle=True, num_replicas=2, rank=r, drop_last=True, seed=3))
+        for r in (0, 1)
+    ]
+    assert len(ranks[0]) == len(ranks[1]) and not set(ranks[0]) & set(ranks[1])
+    for rank in ranks:
+        assert all(len({groups[i] for i in rank[k : k + 4]}) == 1 for k in range(0, len(rank), 4))
+
+
+def test_task_batches_fall_back_to_torchs_sampler_where_there_is_nothing_to_group_on_cpu():
+    from torch.utils.data import DistributedSampler
+
+    from agentrl_ext.trainer.sft_dataset import TaskBatchSampler
+
+    for dataset, shuffle in ((_Rows(["a", "b"] * 5, 2), False), (_Rows(None, 2, size=10), True)):
+        ours = TaskBatchSampler(dataset, shuffle=shuffle, num_replicas=1, rank=0, drop_last=True)
+        torchs = DistributedSampler(dataset, shuffle=shuffle, num_replicas=1, rank=0, drop_last=True)
+        assert list(ours) == list(torchs) and len(ours) == len(torchs)
+
+
+def test_batch_by_task_runs_verls_trainer_through_our_entry_on_cpu(tmp_path):
+    files = [tmp_path / "a.parquet"]
+    plain = sft_command(tmp_path / "model", files, tmp_path / "out", SFTConfig(), cpu=True)
+    by_task = sft_command(
+        tmp_path / "model", files, tmp_path / "out", SFTConfig(batch_by_task=True), cpu=True
+    )
+    assert plain[plain.index("-m", 2) + 1] == "verl.trainer.sft_trainer"
+    assert by_task[by_task.index("-m", 2) + 1] == "agentrl_ext.trainer.sft_main"
+    assert plain[plain.index("-m", 2) + 2 :] == by_task[by_task.index("-m", 2) + 2 :]
+
+
+def test_verls_sft_trainer_trains_one_task_per_batch_with_batch_by_task_on_cpu(tmp_path, sft_files):
+    """The real trainer, 4 steps of 4 episodes over guess's 4 and calc's 4: with one task per batch
+    every step's tokens (verl's own ``train/global_tokens``) are all of guess's rows or all of
+    calc's; a shuffled batch of both would almost never sum to either (2 of the 70 ways)."""
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+
+    from agentrl_ext.trainer.sft_dataset import ExpertSFTDataset
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    config = OmegaConf.create({"max_length": 1024, "truncation": "error", "pad_mode": "no_padding"})
+    whole = {
+        task: sum(len(row["input_ids"]) for row in ExpertSFTDataset(str(sft_files[task]), tokenizer, config))
+        for task in ("guess", "calc")
+    }
+    assert whole["guess"] != whole["calc"]
+    sft = SFTConfig(steps=4, batch_size=4, micro_batch_size=4, lr=1e-3, batch_by_task=True)
+    run_sft(tiny_model_path(), [sft_files["guess"], sft_files["calc"]], tmp_path / "out", sft)
+    log = (tmp_path / "out" / "sft.log").read_text()
+    tokens = [int(float(t)) for t in re.findall(r"train/global_tokens:([0-9.]+)", log)]
+    assert len(tokens) == 4
+    assert set(tokens) <= set(whole.values()) and tokens.count(whole["guess"]) == 2, (tokens, whole)
