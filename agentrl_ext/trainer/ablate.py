@@ -103,6 +103,9 @@ class Plan:
     #: the recipe's tasks and RL steps (with the overrides), which ``single_task`` divides
     tasks: list[str] = field(default_factory=list)
     rl_steps: int = 0
+    #: the tasks the recipe gives kwargs (``agentrl.envs.task_kwargs``): a ``single_task`` run
+    #: drops the other tasks' (the environment stack refuses kwargs of tasks it does not start)
+    kwargs_tasks: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.arms if a not in ARMS]
@@ -169,6 +172,7 @@ class Plan:
             ]
         argv += list(ARMS[run.arm]) + self.overrides
         if run.task is not None:
+            argv += [f"~agentrl.envs.task_kwargs.{t}" for t in self.kwargs_tasks if t != run.task]
             argv += [
                 f"agentrl.envs.tasks=[{run.task}]",
                 f"agentrl.eval.tasks=[{run.task}]",
@@ -322,15 +326,19 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
-def _recipe_shape(recipe: str, overrides: Sequence[str]) -> tuple[list[str], int]:
-    """The recipe's tasks and RL steps, with ``overrides``."""
+def _recipe_shape(recipe: str, overrides: Sequence[str]) -> tuple[list[str], int, list[str]]:
+    """The recipe's tasks, RL steps and the tasks it gives kwargs, with ``overrides``."""
     from hydra import compose, initialize_config_dir
 
     from agentrl_ext.trainer.main import recipes_dir
 
     with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
         config = compose(config_name=recipe, overrides=[o for o in overrides if not o.startswith("hydra.")])
-    return [str(t) for t in config.agentrl.envs.tasks], int(config.trainer.total_training_steps or 0)
+    return (
+        [str(t) for t in config.agentrl.envs.tasks],
+        int(config.trainer.total_training_steps or 0),
+        [str(t) for t in (config.agentrl.envs.task_kwargs or {})],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        tasks, steps = _recipe_shape(args.recipe, args.overrides)
+        tasks, steps, kwargs_tasks = _recipe_shape(args.recipe, args.overrides)
         plan = Plan(
             args.recipe,
             [a for a in args.arms.split(",") if a],
@@ -360,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides,
             tasks=tasks,
             rl_steps=steps,
+            kwargs_tasks=kwargs_tasks,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -203,7 +203,7 @@ def test_a_resumed_ablation_paces_and_times_itself_by_the_runs_of_earlier_invoca
         _report(second.result, {"guess": 6})
         return 0
 
-    monkeypatch.setattr(ablate, "_recipe_shape", lambda recipe, overrides: (["guess"], 45))
+    monkeypatch.setattr(ablate, "_recipe_shape", lambda recipe, overrides: (["guess"], 45, []))
     monkeypatch.setattr(subprocess, "call", fake_run)
     assert main(["--out", str(tmp_path), "--seeds", "1", "--arms", "full,no_task_norm"]) == 0
     out = capsys.readouterr().out
@@ -213,3 +213,33 @@ def test_a_resumed_ablation_paces_and_times_itself_by_the_runs_of_earlier_invoca
     table = json.loads((tmp_path / "ablations.json").read_text())
     assert table["runs_s"] == {"full seed 1": 2 * plan.expected_s(first), "no_task_norm seed 1": recorded}
     assert table["wall_s"] == pytest.approx(2 * plan.expected_s(first) + recorded)
+
+
+@pytest.mark.parametrize("task", ["guess", "calc", "gridroom"])
+def test_a_single_task_runs_config_starts_only_its_task_on_cpu(tmp_path, task):
+    """Each single-task run's command, composed by Hydra as agentrl-train composes it, asks the
+    environment stack for its task alone and for no other task's kwargs (the stack refuses those:
+    the first single-task ablation died on the recipe's guess kwargs in the calc run)."""
+    from agentrl_ext.env.launcher.stack import EnvStack
+    from agentrl_ext.trainer.ablate import _recipe_shape
+
+    overrides = ["++agentrl.envs.task_kwargs.gridroom={show_moves: true}"]  # the recipe gives guess's
+    tasks, steps, kwargs_tasks = _recipe_shape("cpu_multitask", overrides)
+    assert sorted(kwargs_tasks) == ["gridroom", "guess"]
+    plan = Plan(
+        "cpu_multitask", ["full", "single_task"], [1], tmp_path, overrides, tasks, steps, kwargs_tasks
+    )
+    _fake_sft(plan)
+    [run] = [r for r in plan.runs if r.task == task]
+    argv = plan.command(run)
+    hydra_overrides = argv[argv.index("--config-name") + 2 :]
+    with initialize_config_dir(config_dir=recipes_dir(), version_base=None):
+        config = compose(
+            config_name="cpu_multitask", overrides=[o for o in hydra_overrides if not o.startswith("hydra.")]
+        )
+    assert list(config.agentrl.envs.tasks) == [task] and list(config.agentrl.eval.tasks) == [task]
+    kwargs = {k: dict(v) for k, v in config.agentrl.envs.task_kwargs.items()}
+    guess = {"high": 3, "max_turns": 2, "show_range": True}  # cpu_multitask.yaml
+    expected = {"guess": {"guess": guess}, "calc": {}, "gridroom": {"gridroom": {"show_moves": True}}}
+    assert kwargs == expected[task]
+    EnvStack(tasks=list(config.agentrl.envs.tasks), port=1, kwargs=kwargs)  # what refused the first run
