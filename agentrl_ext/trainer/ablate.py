@@ -405,9 +405,10 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        run.timing.write_text(json.dumps({"took_s": time.monotonic() - t0}))
+        took_s = time.monotonic() - t0
+        run.timing.write_text(json.dumps({"took_s": took_s}))
         print(
-            f"[{i}/{len(runs)}] {_name(run)}: done in {_minutes(time.monotonic() - t0)}; "
+            f"[{i}/{len(runs)}] {_name(run)}: done in {_minutes(took_s)}; "
             f"about {_minutes(plan.estimate_s())} left",
             flush=True,
         )
