@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from ..procedural import integer_text, opening_text, tool_call_message, tool_exchanges
-from .task import STEP
+from .task import STEP, calculator_result
 
 Move = tuple[str, Any]
 """``("calculator", (x, op, y))`` or ``("answer", value)``."""
@@ -33,7 +33,7 @@ def _steps(messages: list[dict[str, Any]]) -> list[tuple[tuple[int, str, int] | 
     for arguments, reply in tool_exchanges(messages):
         match = STEP.fullmatch(str(arguments.get("expression", "")))
         step = (int(match.group(1)), match.group(2), int(match.group(3))) if match else None
-        steps.append((step, integer_text(reply)))
+        steps.append((step, calculator_result(reply)))
     return steps
 
 
@@ -65,7 +65,7 @@ def _message(move: Move, step: int) -> dict[str, Any]:
 def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The assistant message (a ``calculator`` or ``answer`` call) after ``messages``."""
     a, op1, b, op2, c = _problem(messages)
-    results = [int(reply) for _, reply in tool_exchanges(messages)]
+    results = [calculator_result(reply) for _, reply in tool_exchanges(messages)]
     step = len(results)
     if step == 0:
         return tool_call_message("calculator", {"expression": f"{a} {op1} {b}"}, step)

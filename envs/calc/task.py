@@ -6,6 +6,14 @@ answers the result as text (anything else: ``error: ...``, the step still counts
 ``max_turns`` (5) steps without an answer end with ``task limit reached``, reward 0. The expert
 needs 3 steps: two calculations and the answer. Operands are 1..20 (``Random(index)``); train
 samples never repeat a test sample's expression (see :mod:`envs.procedural`).
+
+With ``show_rest`` every calculator answer also restates what is left of the problem once the
+step is done, the result in place of the step it computed: for ``(12 + 4) - 19`` the step
+``12 + 4`` answers ``16. Left: 16 - 19.``, then ``16 - 19`` answers ``-3. Left: -3.``. The other
+grouping's step ``4 - 19`` answers ``-15. Left: 12 + -15.``: the calculator substitutes whatever
+sub-expression it was asked, so choosing the grouping stays the agent's. A step that is no part of
+what is left leaves it as it was. As gridroom's answers restate the whole room, every copy after
+the first step is then a copy from the latest message.
 """
 
 from __future__ import annotations
@@ -34,12 +42,22 @@ def apply(a: int, op: str, b: int) -> int:
     return a + b if op == "+" else a - b if op == "-" else a * b
 
 
+LEFT = ". Left: "
+
+
 def calculate(expression: str) -> str:
     """The calculator's answer to ``expression`` (one step ``a op b``), or :data:`STEP_ERROR`."""
     match = STEP.fullmatch(expression)
     if match is None:
         return STEP_ERROR
     return str(apply(int(match.group(1)), match.group(2), int(match.group(3))))
+
+
+def calculator_result(reply: str) -> int | None:
+    """The number a calculator answer gave (its text before :data:`LEFT` with ``show_rest``), or
+    None (an error)."""
+    head = reply.split(LEFT, 1)[0]
+    return int(head) if re.fullmatch(r"-?\d+", head.strip()) else None
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,29 @@ class Problem:
     @property
     def value(self) -> int:
         return apply(apply(self.a, self.op1, self.b), self.op2, self.c)
+
+
+#: what is left of a problem: ``(a op1 b) op2 c`` (nothing done), ``x op y`` (one step done) or
+#: ``(v,)`` (a single number)
+Rest = Problem | tuple[int, str, int] | tuple[int]
+
+
+def rest_text(rest: Rest) -> str:
+    """``(12 + 4) - 19``, ``16 - 19`` or ``-3``."""
+    return rest.expression if isinstance(rest, Problem) else " ".join(str(part) for part in rest)
+
+
+def reduce_rest(rest: Rest, step: tuple[int, str, int]) -> Rest:
+    """What is left after the calculator computed ``step``: its result in place of the
+    sub-expression ``step`` is, or ``rest`` unchanged when ``step`` is none of them."""
+    value = apply(*step)
+    if isinstance(rest, Problem):
+        if step == (rest.a, rest.op1, rest.b):
+            return (value, rest.op2, rest.c)
+        if step == (rest.b, rest.op2, rest.c):
+            return (rest.a, rest.op1, value)
+        return rest
+    return (value,) if step == rest else rest
 
 
 def make_problem(rng: random.Random, largest: int = 20) -> Problem:
@@ -88,10 +129,13 @@ class CalcTask(ProceduralTask):
     default_max_turns = 5
     disjoint_content = True
 
-    def __init__(self, largest: int = 20, **kwargs: Any) -> None:
+    def __init__(self, largest: int = 20, show_rest: bool = False, **kwargs: Any) -> None:
         if not isinstance(largest, int) or largest < 2:
             raise ValueError(f"CalcTask: largest must be an integer >= 2, got {largest!r}")
+        if not isinstance(show_rest, bool):
+            raise ValueError(f"CalcTask: show_rest must be true or false, got {show_rest!r}")
         self.largest = largest
+        self.show_rest = show_rest
         super().__init__(**kwargs)
 
     def content_key(self, index: int) -> Problem:
@@ -105,6 +149,7 @@ class CalcTask(ProceduralTask):
         problem = self.problem(index)
         session.inject({"role": "user", "content": opening(problem, self.max_turns)})
         calculations = 0
+        rest: Rest = problem
         for _ in range(self.max_turns):
             action = await session.action()
             call = action.tool_calls[0]
@@ -120,7 +165,13 @@ class CalcTask(ProceduralTask):
                     f"calculator: argument 'expression' must be a string, got {expression!r}",
                 )
             calculations += 1
-            session.inject({"role": "tool", "tool_call_id": call.id, "content": calculate(expression)})
+            reply = calculate(expression)
+            if self.show_rest:
+                match = STEP.fullmatch(expression)
+                if match is not None:
+                    rest = reduce_rest(rest, (int(match.group(1)), match.group(2), int(match.group(3))))
+                reply += f"{LEFT}{rest_text(rest)}."
+            session.inject({"role": "tool", "tool_call_id": call.id, "content": reply})
         return SampleResult(
             SampleStatus.TASK_LIMIT_REACHED, reward=0.0, metrics={"calculations": calculations}
         )

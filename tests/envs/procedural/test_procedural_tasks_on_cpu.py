@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agentrl_ext.envs.calc.expert import expert_action as calc_expert  # noqa: E402
+from agentrl_ext.envs.calc.expert import feasible_action, is_feasible  # noqa: E402
 from agentrl_ext.envs.calc.task import STEP_ERROR, CalcTask  # noqa: E402
 from agentrl_ext.envs.gridroom.expert import expert_action as gridroom_expert  # noqa: E402
 from agentrl_ext.envs.gridroom.task import GridRoomTask  # noqa: E402
@@ -272,3 +274,46 @@ async def test_gridroom_show_moves_names_the_goals_direction_and_the_open_moves_
     assert "Open" not in (await play(GridRoomTask(), index, gridroom_expert)).messages[0]["content"]
     with pytest.raises(ValueError, match="show_moves must be true or false"):
         GridRoomTask(show_moves="yes")
+
+
+async def test_calc_show_rest_restates_what_is_left_after_each_step_on_cpu():
+    task = CalcTask(show_rest=True)
+    indices = task.split_indices("test") + task.split_indices("train")
+    index = next(i for i in indices if task.problem(i).expression == "(12 + 4) - 19")
+    bracket_first = [
+        ("calculator", {"expression": "3 * 3"}),  # no part of the problem: nothing changes
+        ("calculator", {"expression": "12 + 4"}),
+        ("calculator", {"expression": "16 - 19"}),
+        ("answer", {"value": -3}),
+    ]
+    played = await play(task, index, scripted(*bracket_first))
+    assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
+        "9. Left: (12 + 4) - 19.",
+        "16. Left: 16 - 19.",
+        "-3. Left: -3.",
+    ]
+    assert (played.status, played.reward) == (SampleStatus.COMPLETED, 1.0)
+    # the other grouping is substituted as asked: choosing it stays the agent's mistake
+    other = [("calculator", {"expression": "4 - 19"}), ("calculator", {"expression": "12 + -15"})]
+    played = await play(
+        task, index, scripted(*other, ("calculator", {"expression": "1 +"}), ("answer", {"value": -3}))
+    )
+    assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
+        "-15. Left: 12 + -15.",
+        "-3. Left: -3.",
+        f"{STEP_ERROR}. Left: -3.",
+    ]
+    # the expert and the demonstrator read the results through the restatement
+    assert (await play(task, index, calc_expert)).status == SampleStatus.COMPLETED
+    rng = random.Random(0)
+    for i in task.split_indices("test")[:40]:
+        played = await play(task, i, lambda messages: feasible_action(messages, rng))
+        assert (played.status, played.turns) == (SampleStatus.COMPLETED, 3)
+        moves = [m for m in played.messages if m["role"] == "assistant"]
+        for n, move in enumerate(moves):
+            call = move["tool_calls"][0]["function"]
+            context = played.messages[: played.messages.index(move)]
+            assert is_feasible(context, call["name"], json.loads(call["arguments"])), (n, played.messages)
+    assert "Left" not in str((await play(CalcTask(), index, calc_expert)).messages)
+    with pytest.raises(ValueError, match="show_rest must be true or false"):
+        CalcTask(show_rest="yes")
