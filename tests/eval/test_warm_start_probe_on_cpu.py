@@ -19,7 +19,13 @@ import pytest
 
 from agentrl_ext.data.expert import expert_function, noisy_policy, play_expert_episodes
 from agentrl_ext.env.protocol import SampleStatus
-from agentrl_ext.eval.warm_start_probe import format_report, measure_room, probe_moves
+from agentrl_ext.eval.warm_start_probe import (
+    ProbeResult,
+    format_report,
+    measure_room,
+    probe_moves,
+    report_json,
+)
 from agentrl_ext.testing.env_servers import EnvServers
 
 TASKS = {
@@ -227,6 +233,15 @@ def test_room_is_the_demonstrators_and_the_experts_success_on_cpu(controller_api
     assert room.room == pytest.approx(room.expert - room.demonstrator)
     table = format_report([room], [])
     assert "| guess |" in table and "room for RL" in table
+
+
+def test_the_probe_reports_the_consistent_share_over_all_contexts_on_cpu():
+    # 20 later contexts at 90% and 10 openings at 60%: 18 + 6 of 30 (worked by hand)
+    probe = ProbeResult("calc", 20, 0.9, 0.5, 0.0, 10, 0.6, 0.3)
+    assert probe.all_feasible == pytest.approx(0.8)
+    assert ProbeResult("calc", 0, 0.0, 0.0, 0.0, 0, 0.0, 0.0).all_feasible == 0.0
+    assert format_report([], [probe]).splitlines()[-1].endswith("| 80.0% |")
+    assert json.loads(report_json([], [probe]))["probes"][0]["all_feasible"] == pytest.approx(0.8)
 
 
 def per_context(turns):
