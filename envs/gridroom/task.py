@@ -11,10 +11,10 @@ sample's layout (504 layouts in all; see :mod:`envs.procedural`).
 
 With ``show_moves`` every observation also names the directions that lead toward the goal (the
 key, once taken the door) and the moves that are open (not the outer wall, not the locked door):
-``You at 1,1. Key at 0,2 (up right). Door at 2,0. Open: up down left right.``, as text games list
-the admissible commands. The right move is then readable from the observation
-(a direction toward the current goal that is open), except where the locked door stands in the
-way and the agent must go round it.
+``You at 1,1. Key at 0,2 (up right). Door at 2,0. Open: up right down left.``, as text games list
+the admissible commands; the open moves toward the goal come first. The right move is then
+readable from the observation (a direction toward the current goal that is open, the first one
+listed when any is), except where the locked door stands in the way and the agent must go round it.
 """
 
 from __future__ import annotations
@@ -85,7 +85,11 @@ def describe(agent: Cell, has_key: bool, layout: Layout, show_moves: bool = Fals
         goal = f" ({toward(agent, layout.key)})" if show_moves else ""
         state = f"You at {at(agent)}. Key at {at(layout.key)}{goal}. Door at {at(layout.door)}."
     if show_moves:
-        state += " Open: " + " ".join(open_moves(agent, has_key, layout)) + "."
+        ahead = toward(agent, layout.door if has_key else layout.key).split()
+        moves = open_moves(agent, has_key, layout)
+        # the open moves toward the goal first, in toward()'s order, then the others
+        moves = [m for m in ahead if m in moves] + [m for m in moves if m not in ahead]
+        state += " Open: " + " ".join(moves) + "."
     return state
 
 

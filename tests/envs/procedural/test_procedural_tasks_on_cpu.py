@@ -260,10 +260,11 @@ async def test_gridroom_show_moves_names_the_goals_direction_and_the_open_moves_
     assert played.messages[0]["content"].endswith(
         "You have 8 moves. You at 0,0. Key at 2,1 (down right). Door at 0,1. Open: down."
     )
+    # the open moves toward the goal first (the toward order), then the others (up down left right)
     assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
         "Wall. You at 0,0. Key at 2,1 (down right). Door at 0,1. Open: down.",
-        "You at 1,0. Key at 2,1 (down right). Door at 0,1. Open: up down right.",
-        "You at 2,0. Key at 2,1 (right). Door at 0,1. Open: up right.",
+        "You at 1,0. Key at 2,1 (down right). Door at 0,1. Open: down right up.",
+        "You at 2,0. Key at 2,1 (right). Door at 0,1. Open: right up.",
         "Got the key. You at 2,1 with key. Door at 0,1 (up). Open: up left right.",
         "You at 1,1 with key. Door at 0,1 (up). Open: up down left right.",
         "The door opens.",
