@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from ..procedural import integer_text, opening_text, tool_call_message, tool_exchanges
-from .task import STEP, calculator_result
+from .task import calculator_result, parse_step
 
 Move = tuple[str, Any]
 """``("calculator", (x, op, y))`` or ``("answer", value)``."""
@@ -31,9 +31,7 @@ def _steps(messages: list[dict[str, Any]]) -> list[tuple[tuple[int, str, int] | 
     """Every calculator step so far: its ``(x, op, y)`` (None if malformed) and its result."""
     steps = []
     for arguments, reply in tool_exchanges(messages):
-        match = STEP.fullmatch(str(arguments.get("expression", "")))
-        step = (int(match.group(1)), match.group(2), int(match.group(3))) if match else None
-        steps.append((step, calculator_result(reply)))
+        steps.append((parse_step(str(arguments.get("expression", ""))), calculator_result(reply)))
     return steps
 
 
@@ -90,8 +88,5 @@ def is_feasible(messages: list[dict[str, Any]], name: str, arguments: dict[str, 
         if isinstance(value, str):
             value = integer_text(value)
         return ("answer", value) in feasible_moves(messages) and not isinstance(value, bool)
-    match = STEP.fullmatch(str(arguments.get("expression", "")))
-    if name != "calculator" or match is None:
-        return False
-    step = (int(match.group(1)), match.group(2), int(match.group(3)))
-    return ("calculator", step) in feasible_moves(messages)
+    step = parse_step(str(arguments.get("expression", "")))
+    return name == "calculator" and step is not None and ("calculator", step) in feasible_moves(messages)

@@ -26,7 +26,7 @@ from typing import Any
 from agentrl_ext.env.protocol import SampleIndex, SampleStatus
 from agentrl_ext.env.worker import InvalidAction, SampleResult, Session, function_tool
 
-from ..procedural import ProceduralTask, integer_argument
+from ..procedural import ProceduralTask, integer_argument, integer_text
 
 OPS = ("+", "-", "*")
 TOOLS = [
@@ -45,19 +45,22 @@ def apply(a: int, op: str, b: int) -> int:
 LEFT = ". Left: "
 
 
+def parse_step(expression: str) -> tuple[int, str, int] | None:
+    """``(a, op, b)`` of one step ``a op b``, or None when ``expression`` is not one."""
+    match = STEP.fullmatch(expression)
+    return None if match is None else (int(match.group(1)), match.group(2), int(match.group(3)))
+
+
 def calculate(expression: str) -> str:
     """The calculator's answer to ``expression`` (one step ``a op b``), or :data:`STEP_ERROR`."""
-    match = STEP.fullmatch(expression)
-    if match is None:
-        return STEP_ERROR
-    return str(apply(int(match.group(1)), match.group(2), int(match.group(3))))
+    step = parse_step(expression)
+    return STEP_ERROR if step is None else str(apply(*step))
 
 
 def calculator_result(reply: str) -> int | None:
     """The number a calculator answer gave (its text before :data:`LEFT` with ``show_rest``), or
     None (an error)."""
-    head = reply.split(LEFT, 1)[0]
-    return int(head) if re.fullmatch(r"-?\d+", head.strip()) else None
+    return integer_text(reply.split(LEFT, 1)[0])
 
 
 @dataclass(frozen=True)
@@ -167,9 +170,8 @@ class CalcTask(ProceduralTask):
             calculations += 1
             reply = calculate(expression)
             if self.show_rest:
-                match = STEP.fullmatch(expression)
-                if match is not None:
-                    rest = reduce_rest(rest, (int(match.group(1)), match.group(2), int(match.group(3))))
+                step = parse_step(expression)
+                rest = rest if step is None else reduce_rest(rest, step)
                 reply += f"{LEFT}{rest_text(rest)}."
             session.inject({"role": "tool", "tool_call_id": call.id, "content": reply})
         return SampleResult(

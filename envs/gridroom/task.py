@@ -78,17 +78,16 @@ def open_moves(agent: Cell, has_key: bool, layout: Layout) -> list[str]:
 def describe(agent: Cell, has_key: bool, layout: Layout, show_moves: bool = False) -> str:
     """The state in one line: the agent, the key (until taken) and the door; with ``show_moves``
     the directions toward the goal (the key, then the door) and the open moves."""
+    ahead = toward(agent, layout.door if has_key else layout.key)
+    goal = f" ({ahead})" if show_moves else ""
     if has_key:
-        goal = f" ({toward(agent, layout.door)})" if show_moves else ""
         state = f"You at {at(agent)} with key. Door at {at(layout.door)}{goal}."
     else:
-        goal = f" ({toward(agent, layout.key)})" if show_moves else ""
         state = f"You at {at(agent)}. Key at {at(layout.key)}{goal}. Door at {at(layout.door)}."
     if show_moves:
-        ahead = toward(agent, layout.door if has_key else layout.key).split()
-        moves = open_moves(agent, has_key, layout)
+        moves, first = open_moves(agent, has_key, layout), ahead.split()
         # the open moves toward the goal first, in toward()'s order, then the others
-        moves = [m for m in ahead if m in moves] + [m for m in moves if m not in ahead]
+        moves = [m for m in first if m in moves] + [m for m in moves if m not in first]
         state += " Open: " + " ".join(moves) + "."
     return state
 
