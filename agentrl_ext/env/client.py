@@ -273,8 +273,11 @@ class ControllerClient:
                     if response.status not in retry_statuses:
                         raise error
                     retry_after = _seconds(response.headers.get("retry-after"))
-            except aiohttp.ClientConnectorError as exc:
-                error = exc  # never reached the controller: always safe to retry
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                # never reached the controller: no connection (refused, or none made or freed in the
+                # pool within connect_timeout_s, as when a loaded host is slow to accept); always
+                # safe to retry
+                error = exc
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 if not retry_sent:
                     raise ControllerUnavailable(

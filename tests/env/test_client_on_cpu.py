@@ -10,6 +10,7 @@ from aiohttp import web
 from env_helpers import PROBE_TASK, tool_step
 
 from agentrl_ext.env.client import ControllerClient, ControllerError, ControllerUnavailable, RetryPolicy
+from agentrl_ext.env.protocol import SESSION_ID_HEADER
 from agentrl_ext.testing.env_servers import LOOPBACK, EnvServers, free_port, wait_routable
 
 FAST = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
@@ -38,6 +39,39 @@ async def test_interact_is_not_retried_once_the_request_was_sent():
         with pytest.raises(ControllerUnavailable, match="not retried"):
             await client.interact(1, tool_step("echo", {"text": "x"}))
         assert connections == 1
+
+
+async def test_a_step_that_waited_past_the_connect_timeout_is_retried_and_applied_once():
+    """A loaded host: every pooled connection is busy past ``connect_timeout_s``. The step was
+    never sent (aiohttp's ConnectionTimeoutError), so it is retried, and the controller gets it once."""
+    received: list[str] = []
+
+    async def interact(request: web.Request) -> web.Response:
+        received.append(request.headers[SESSION_ID_HEADER])
+        if request.headers[SESSION_ID_HEADER] == "1":
+            await asyncio.sleep(0.6)  # holds the client's only connection
+        return web.json_response({"messages": [{"role": "tool", "content": "ok"}]})
+
+    app = web.Application()
+    app.router.add_post("/api/interact", interact)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, LOOPBACK, 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    patient = RetryPolicy(max_attempts=20, initial_backoff_s=0.05, max_backoff_s=0.1)
+    try:
+        async with ControllerClient(
+            f"http://{LOOPBACK}:{port}/api", retry=patient, connect_timeout_s=0.1, max_connections=1
+        ) as client:
+            slow = asyncio.create_task(client.interact(1, tool_step("echo", {"text": "x"})))
+            await asyncio.sleep(0.1)  # the slow step holds the connection now
+            waited = await client.interact(2, tool_step("echo", {"text": "y"}))
+            assert waited.messages == [{"role": "tool", "content": "ok"}]
+            await slow
+    finally:
+        await runner.cleanup()
+    assert sorted(received) == ["1", "2"]  # each step reached the controller once
 
 
 async def test_start_sample_waits_for_capacity_with_backoff(servers: EnvServers):
