@@ -12,8 +12,9 @@ step is done, the result in place of the step it computed: for ``(12 + 4) - 19``
 ``12 + 4`` answers ``16. Left: 16 - 19.``, then ``16 - 19`` answers ``-3. Left: -3.``. The other
 grouping's step ``4 - 19`` answers ``-15. Left: 12 + -15.``: the calculator substitutes whatever
 sub-expression it was asked, so choosing the grouping stays the agent's. A step that is no part of
-what is left leaves it as it was. As gridroom's answers restate the whole room, every copy after
-the first step is then a copy from the latest message.
+what is left leaves it as it was. The opening then states the problem last, in the same form
+(``... You have 5 steps. Left: (12 + 4) - 19.``). As gridroom's answers restate the whole room,
+every copy is then a copy from the latest message's ``Left:``.
 """
 
 from __future__ import annotations
@@ -116,8 +117,14 @@ def make_problem(rng: random.Random, largest: int = 20) -> Problem:
     )
 
 
-def opening(problem: Problem, max_turns: int) -> str:
-    """The user message that starts a sample."""
+def opening(problem: Problem, max_turns: int, show_rest: bool = False) -> str:
+    """The user message that starts a sample; with ``show_rest`` the problem comes last, as what is
+    left (the form every calculator answer then restates)."""
+    if show_rest:
+        return (
+            f"Compute what is left with the calculator one step at a time, then answer. "
+            f"You have {max_turns} steps{LEFT}{problem.expression}."
+        )
     return (
         f"Compute {problem.expression}. Use the calculator one step at a time, then answer. "
         f"You have {max_turns} steps."
@@ -150,7 +157,7 @@ class CalcTask(ProceduralTask):
 
     async def start_sample(self, index: SampleIndex, session: Session) -> SampleResult:
         problem = self.problem(index)
-        session.inject({"role": "user", "content": opening(problem, self.max_turns)})
+        session.inject({"role": "user", "content": opening(problem, self.max_turns, self.show_rest)})
         calculations = 0
         rest: Rest = problem
         for _ in range(self.max_turns):

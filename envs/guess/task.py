@@ -15,7 +15,10 @@ With ``starts`` > 1 the range moves: sample ``i`` plays ``s..s + high - 1`` for 
 position ``s % high`` of its range (0 the bottom); the train split draws only the other positions.
 Every start opens train samples too, but an answer such as ``lower: from 4 to 4`` after the range
 4..6 follows only a test secret: the agent must read the number the answer gives it, as the
-guesses it never saw in training require (docs/learning_runs.md, session 15).
+guesses it never saw in training require (docs/learning_runs.md, session 15). ``first`` (default 1)
+moves the starts to ``first..first + starts - 1``: numbers no other task's observations use, so
+that a small model's habits on one task's numbers (here: the middle is the low end plus one) do
+not leak into another's copies of the same numbers (docs/learning_runs.md, session 18).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class GuessTask(ProceduralTask):
         show_range: bool = False,
         partial_credit: float = 0.0,
         starts: int = 1,
+        first: int = 1,
         **kwargs: Any,
     ) -> None:
         if not isinstance(high, int) or isinstance(high, bool) or high < 2:
@@ -80,6 +84,10 @@ class GuessTask(ProceduralTask):
         if not isinstance(starts, int) or isinstance(starts, bool) or starts < 1:
             raise ValueError(
                 f"GuessTask: starts must be an integer >= 1 (1: the range is always 1..high), got {starts!r}"
+            )
+        if not isinstance(first, int) or isinstance(first, bool) or first < 1:
+            raise ValueError(
+                f"GuessTask: first must be an integer >= 1 (the lowest range's start), got {first!r}"
             )
         if not isinstance(show_range, bool):
             raise ValueError(f"GuessTask: show_range must be true or false, got {show_range!r}")
@@ -91,6 +99,7 @@ class GuessTask(ProceduralTask):
             )
         self.high = high
         self.starts = starts
+        self.first = first
         self.show_range = show_range
         self.partial_credit = float(partial_credit)
         super().__init__(**kwargs)
@@ -98,9 +107,9 @@ class GuessTask(ProceduralTask):
     def sample(self, index: SampleIndex) -> tuple[int, int, int]:
         """``(low, high, secret)`` of sample ``index``: its range and the number to find."""
         rng = self.rng(index)
-        if self.starts == 1:
+        if (self.starts, self.first) == (1, 1):
             return 1, self.high, rng.randint(1, self.high)
-        start = rng.randint(1, self.starts)
+        start = rng.randint(self.first, self.first + self.starts - 1)
         held_out = start % self.high
         if index in self.test_indices:
             position = held_out

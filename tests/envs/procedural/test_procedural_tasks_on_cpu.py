@@ -231,6 +231,13 @@ def test_guess_starts_hold_out_a_secret_position_of_every_range_on_cpu():
     for bad in (0, "2", True):
         with pytest.raises(ValueError, match="starts must be an integer >= 1"):
             GuessTask(starts=bad)
+        with pytest.raises(ValueError, match="first must be an integer >= 1"):
+            GuessTask(first=bad)
+    # first moves the starts: 500..502 (ranges 500..502, 501..503, 502..504), the secret held out
+    # at position start % 3 as before: 500 % 3 = 2, 501 % 3 = 0, 502 % 3 = 1
+    moved = GuessTask(high=3, starts=3, first=500, split="test")
+    moved_test = {(low, secret) for low, _, secret in map(moved.sample, moved.split_indices("test"))}
+    assert moved_test == {(500, 502), (501, 501), (502, 503)}
 
 
 async def test_guess_starts_name_the_range_and_the_expert_reads_it_on_cpu():
@@ -288,6 +295,11 @@ async def test_calc_show_rest_restates_what_is_left_after_each_step_on_cpu():
         ("answer", {"value": -3}),
     ]
     played = await play(task, index, scripted(*bracket_first))
+    # the opening states the problem last, in the form the answers restate it
+    assert played.messages[0]["content"] == (
+        "Compute what is left with the calculator one step at a time, then answer. "
+        "You have 5 steps. Left: (12 + 4) - 19."
+    )
     assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
         "9. Left: (12 + 4) - 19.",
         "16. Left: 16 - 19.",
@@ -315,6 +327,8 @@ async def test_calc_show_rest_restates_what_is_left_after_each_step_on_cpu():
             call = move["tool_calls"][0]["function"]
             context = played.messages[: played.messages.index(move)]
             assert is_feasible(context, call["name"], json.loads(call["arguments"])), (n, played.messages)
-    assert "Left" not in str((await play(CalcTask(), index, calc_expert)).messages)
+    plain = (await play(CalcTask(), index, calc_expert)).messages
+    assert "Left" not in str(plain)
+    assert plain[0]["content"].startswith("Compute (12 + 4) - 19. Use the calculator")
     with pytest.raises(ValueError, match="show_rest must be true or false"):
         CalcTask(show_rest="yes")
