@@ -34,7 +34,8 @@ class ControllerConfig:
     """Longest wait for a live worker's answer to one call (an environment step may run a long
     command: AgentRL's OS task allows 30 s per command); then the session ends with ``task error``."""
     worker_connect_timeout_s: float = 5.0
-    """Longest wait to open a connection to a worker."""
+    """Longest wait to open a TCP connection to a worker (then it counts as lost). A call waiting
+    for one of the worker's pooled connections to be free is bounded by ``worker_request_timeout_s``."""
     full_backoff_s: float = 1.0
     """After a worker answers 406 (full), route around it this long or until one of its sessions ends."""
     forget_worker_after_s: float = 600.0

@@ -81,7 +81,9 @@ class WorkerConnections:
 
         Raises :class:`WorkerUnreachable` on connection failures, timeouts and :meth:`abort`.
         """
-        timeout = aiohttp.ClientTimeout(total=timeout_s, connect=self._connect_timeout_s)
+        # sock_connect, not connect: waiting for a pooled connection while the worker's others are
+        # busy is not a failure to connect (only ``total`` bounds it)
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=self._connect_timeout_s)
         task = asyncio.current_task()
         assert task is not None
         flights = self._in_flight.setdefault(address, set())
@@ -95,7 +97,8 @@ class WorkerConnections:
                 timeout=timeout,
             ) as response:
                 return response.status, await response.read()
-        except aiohttp.ClientConnectorError as exc:
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            # no connection within sock_connect: the worker never got the request
             raise WorkerUnreachable(address, path, _describe(exc, timeout_s), before_request=True) from exc
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise WorkerUnreachable(address, path, _describe(exc, timeout_s), before_request=False) from exc
