@@ -19,26 +19,24 @@ prints one column per file (share of the file's calc episodes) and writes the co
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentrl_ext import cli
+from agentrl_ext.envs.calc.expert import opening_problem
 from agentrl_ext.envs.calc.task import parse_step
 
 CLASSES = ("bracket", "other grouping", "mixed", "off by one", "other", "no step")
-PROBLEM = re.compile(r"\((-?\d+) ([-+*]) (-?\d+)\) ([-+*]) (-?\d+)")
 
 
 def classify(messages: list[dict[str, Any]]) -> str:
     """The class (:data:`CLASSES`) of the first assistant call in a calc episode's ``messages``."""
-    found = PROBLEM.search(str(messages[0].get("content") or ""))
-    if found is None:
-        raise ValueError(f"not a calc episode: its opening names no '(a op b) op c': {messages[0]!r}")
-    a, b, c = int(found[1]), int(found[3]), int(found[5])
-    op1, op2 = found[2], found[4]
+    try:
+        a, op1, b, op2, c = opening_problem(messages)
+    except ValueError as exc:
+        raise ValueError(f"not a calc episode ({exc}): {messages[0]!r}") from exc
     move = next((m for m in messages if m.get("role") == "assistant"), None)
     calls = (move or {}).get("tool_calls") or []
     if not calls or calls[0]["function"]["name"] != "calculator":

@@ -19,7 +19,8 @@ Move = tuple[str, Any]
 """``("calculator", (x, op, y))`` or ``("answer", value)``."""
 
 
-def _problem(messages: list[dict[str, Any]]) -> tuple[int, str, int, str, int]:
+def opening_problem(messages: list[dict[str, Any]]) -> tuple[int, str, int, str, int]:
+    """``(a, op1, b, op2, c)`` of the problem the opening message states."""
     match = re.search(r"\((-?\d+) ([-+*]) (-?\d+)\) ([-+*]) (-?\d+)", opening_text(messages))
     if match is None:
         raise ValueError("calc expert: the opening message has no expression '(a op b) op c'")
@@ -39,7 +40,7 @@ def feasible_moves(messages: list[dict[str, Any]]) -> list[Move]:
     """The moves that use only numbers the conversation stated, in a well-formed order: first
     either grouping's inner step, then the step that combines its result with the number left,
     then the answer the last result gave."""
-    a, op1, b, op2, c = _problem(messages)
+    a, op1, b, op2, c = opening_problem(messages)
     steps = _steps(messages)
     if not steps:
         return [("calculator", (a, op1, b)), ("calculator", (b, op2, c))]
@@ -62,7 +63,7 @@ def _message(move: Move, step: int) -> dict[str, Any]:
 
 def expert_action(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The assistant message (a ``calculator`` or ``answer`` call) after ``messages``."""
-    a, op1, b, op2, c = _problem(messages)
+    a, op1, b, op2, c = opening_problem(messages)
     results = [calculator_result(reply) for _, reply in tool_exchanges(messages)]
     step = len(results)
     if step == 0:
