@@ -12,9 +12,10 @@ step is done, the result in place of the step it computed: for ``(12 + 4) - 19``
 ``12 + 4`` answers ``16. Left: 16 - 19.``, then ``16 - 19`` answers ``-3. Left: -3.``. The other
 grouping's step ``4 - 19`` answers ``-15. Left: 12 + -15.``: the calculator substitutes whatever
 sub-expression it was asked, so choosing the grouping stays the agent's. A step that is no part of
-what is left leaves it as it was. The opening then states the problem last, in the same form
-(``... You have 5 steps. Left: (12 + 4) - 19.``). As gridroom's answers restate the whole room,
-every copy is then a copy from the latest message's ``Left:``.
+what is left leaves it as it was. As gridroom's answers restate the whole room, every copy after
+the first step is then a copy from the latest message. (An opening that also stated the problem
+as ``Left: (12 + 4) - 19.`` read no better and worse in the main job: docs/learning_runs.md,
+sessions 18 and 19.)
 """
 
 from __future__ import annotations
@@ -117,14 +118,8 @@ def make_problem(rng: random.Random, largest: int = 20) -> Problem:
     )
 
 
-def opening(problem: Problem, max_turns: int, show_rest: bool = False) -> str:
-    """The user message that starts a sample; with ``show_rest`` the problem comes last, as what is
-    left (the form every calculator answer then restates)."""
-    if show_rest:
-        return (
-            f"Compute what is left with the calculator one step at a time, then answer. "
-            f"You have {max_turns} steps{LEFT}{problem.expression}."
-        )
+def opening(problem: Problem, max_turns: int) -> str:
+    """The user message that starts a sample."""
     return (
         f"Compute {problem.expression}. Use the calculator one step at a time, then answer. "
         f"You have {max_turns} steps."
@@ -157,7 +152,7 @@ class CalcTask(ProceduralTask):
 
     async def start_sample(self, index: SampleIndex, session: Session) -> SampleResult:
         problem = self.problem(index)
-        session.inject({"role": "user", "content": opening(problem, self.max_turns, self.show_rest)})
+        session.inject({"role": "user", "content": opening(problem, self.max_turns)})
         calculations = 0
         rest: Rest = problem
         for _ in range(self.max_turns):

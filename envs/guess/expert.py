@@ -11,17 +11,25 @@ from .task import narrow
 
 
 def _range(messages: list[dict[str, Any]]) -> tuple[int, int]:
-    match = re.search(r"from (\d+) to (\d+)", opening_text(messages))
-    if match is None:
-        raise ValueError("guess expert: the opening message names no range 'from A to B'")
-    return int(match.group(1)), int(match.group(2))
+    """The opening's range: ``from A to B``, or its numbers listed (``one of 4 5 6``)."""
+    text = opening_text(messages)
+    match = re.search(r"from (\d+) to (\d+)", text)
+    if match is not None:
+        return int(match.group(1)), int(match.group(2))
+    listed = re.search(r"one of (\d+(?: \d+)*)", text)
+    if listed is None:
+        raise ValueError(
+            "guess expert: the opening message names no range ('from A to B' or 'one of A ... B')"
+        )
+    numbers = [int(n) for n in listed.group(1).split()]
+    return min(numbers), max(numbers)
 
 
 def feasible_range(messages: list[dict[str, Any]]) -> tuple[int, int]:
     """The numbers every answer so far leaves possible, ``(low, high)``."""
     low, high = _range(messages)
     for arguments, reply in tool_exchanges(messages):
-        # "lower" or, with show_range, "lower: from 1 to 7"
+        # "lower" or, with show_range, "lower: from 1 to 7" (show_candidates: "lower: one of 5 6 7")
         low, high = narrow(low, high, int(arguments["number"]), reply.split(":")[0])
     return low, high
 

@@ -5,7 +5,11 @@ Each step the agent calls ``guess(number)``; the tool answers ``higher``, ``lowe
 without it end with ``task limit reached``, reward 0, or with ``partial_credit`` that share of the
 information the answers gave (:func:`information`). With ``show_range`` a ``higher`` or ``lower``
 also names the range the answers so far leave (``lower: from 1 to 7``), so that the next guess is
-a function of the last answer alone. Binary search needs at most
+a function of the last answer alone. With ``show_candidates`` the opening and every answer list
+the numbers still possible instead (``Guess my number, one of 4 5 6.``, ``lower: one of 4``), so
+that binary search's guess is a position in the latest list (its middle number: for three, the
+second named), one rule for every range rather than a fact about each range's numbers
+(docs/learning_runs.md, session 19). Binary search needs at most
 ``ceil(log2(high + 1))`` guesses (5 for ``high`` = 16). The secret is ``Random(index)``'s draw;
 splits as in :mod:`envs.procedural` (the observation never shows the secret, so train and test
 samples share secrets, not seeds).
@@ -34,17 +38,28 @@ from ..procedural import ProceduralTask, integer_argument
 TOOLS = [function_tool("guess", "Guess the number.", {"number": {"type": "integer"}})]
 
 
-def opening(high: int, max_turns: int, low: int = 1) -> str:
-    """The user message that starts a sample (the range ``low..high``)."""
-    return f"Guess my number from {low} to {high}. I answer higher, lower or correct. You have {max_turns} guesses."
+def candidates(low: int, high: int) -> str:
+    """The numbers ``low..high`` named one by one (``one of 4 5 6``; ``none left`` when empty)."""
+    return "one of " + " ".join(map(str, range(low, high + 1))) if low <= high else "none left"
 
 
-def feedback(number: int, secret: int, left: tuple[int, int] | None = None) -> str:
-    """The tool's answer to a guess; ``left``: the range still possible after it, to name."""
+def opening(high: int, max_turns: int, low: int = 1, show_candidates: bool = False) -> str:
+    """The user message that starts a sample (the range ``low..high``, or its numbers listed)."""
+    secret = f", {candidates(low, high)}" if show_candidates else f" from {low} to {high}"
+    return f"Guess my number{secret}. I answer higher, lower or correct. You have {max_turns} guesses."
+
+
+def feedback(
+    number: int, secret: int, left: tuple[int, int] | None = None, show_candidates: bool = False
+) -> str:
+    """The tool's answer to a guess; ``left``: the range still possible after it, to name (its
+    numbers listed with ``show_candidates``)."""
     if number == secret:
         return "correct"
     answer = "higher" if number < secret else "lower"
-    return answer if left is None else f"{answer}: from {left[0]} to {left[1]}"
+    if left is None:
+        return answer
+    return f"{answer}: {candidates(*left) if show_candidates else f'from {left[0]} to {left[1]}'}"
 
 
 def narrow(low: int, high: int, number: int, answer: str) -> tuple[int, int]:
@@ -74,6 +89,7 @@ class GuessTask(ProceduralTask):
         self,
         high: int = 16,
         show_range: bool = False,
+        show_candidates: bool = False,
         partial_credit: float = 0.0,
         starts: int = 1,
         first: int = 1,
@@ -91,6 +107,13 @@ class GuessTask(ProceduralTask):
             )
         if not isinstance(show_range, bool):
             raise ValueError(f"GuessTask: show_range must be true or false, got {show_range!r}")
+        if not isinstance(show_candidates, bool):
+            raise ValueError(f"GuessTask: show_candidates must be true or false, got {show_candidates!r}")
+        if show_range and show_candidates:
+            raise ValueError(
+                "GuessTask: show_range and show_candidates both name what the answers leave; set one "
+                "(show_candidates lists the numbers, show_range names the range 'from A to B')"
+            )
         if isinstance(partial_credit, bool) or not (
             isinstance(partial_credit, (int, float)) and 0.0 <= partial_credit < 1.0
         ):
@@ -101,6 +124,7 @@ class GuessTask(ProceduralTask):
         self.starts = starts
         self.first = first
         self.show_range = show_range
+        self.show_candidates = show_candidates
         self.partial_credit = float(partial_credit)
         super().__init__(**kwargs)
 
@@ -123,15 +147,15 @@ class GuessTask(ProceduralTask):
 
     async def start_sample(self, index: SampleIndex, session: Session) -> SampleResult:
         low, high, secret = self.sample(index)
-        session.inject({"role": "user", "content": opening(high, self.max_turns, low)})
+        session.inject({"role": "user", "content": opening(high, self.max_turns, low, self.show_candidates)})
         for turn in range(1, self.max_turns + 1):
             action = await session.action()
             call = action.tool_calls[0]
             number = integer_argument(call, "number")
             answer = feedback(number, secret)
             low, high = narrow(low, high, number, answer)
-            if self.show_range:
-                answer = feedback(number, secret, (low, high))
+            if self.show_range or self.show_candidates:
+                answer = feedback(number, secret, (low, high), self.show_candidates)
             session.inject({"role": "tool", "tool_call_id": call.id, "content": answer})
             if answer == "correct":
                 return SampleResult(SampleStatus.COMPLETED, reward=1.0, metrics={"guesses": turn})

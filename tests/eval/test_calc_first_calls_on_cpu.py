@@ -8,7 +8,10 @@ import pytest
 
 from agentrl_ext.eval.calc_first_calls import classify, main
 
-OPENING = {"role": "user", "content": "Compute what is left ... You have 5 steps. Left: (8 * 18) + 12."}
+OPENING = {
+    "role": "user",
+    "content": "Compute (8 * 18) + 12. Use the calculator one step at a time, then answer. You have 5 steps.",
+}
 
 
 def episode(name: str, arguments: str) -> list[dict]:

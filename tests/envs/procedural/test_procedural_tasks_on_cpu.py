@@ -19,6 +19,7 @@ from agentrl_ext.envs.gridroom.expert import expert_action as gridroom_expert  #
 from agentrl_ext.envs.gridroom.task import GridRoomTask  # noqa: E402
 from agentrl_ext.envs.guess.expert import expert_action as guess_expert  # noqa: E402
 from agentrl_ext.envs.guess.task import GuessTask  # noqa: E402
+from agentrl_ext.envs.guess.task import candidates as candidates_text  # noqa: E402
 from agentrl_ext.envs.procedural import TRAIN_START, tool_call_message  # noqa: E402
 from procedural_helpers import play  # noqa: E402
 
@@ -253,6 +254,47 @@ async def test_guess_starts_name_the_range_and_the_expert_reads_it_on_cpu():
         assert (await play(task, index, guess_expert)).status == SampleStatus.COMPLETED
 
 
+async def test_guess_show_candidates_lists_the_numbers_left_so_the_middle_is_a_position_on_cpu():
+    task = GuessTask(high=3, starts=30, first=500, show_candidates=True, max_turns=2, split="test")
+    # 528 % 3 = 0: the held-out secret of the range 528..530 is its bottom, 528
+    index = next(i for i in range(100) if task.sample(i)[:2] == (528, 530))
+    played = await play(task, index, guess_expert)
+    assert played.messages[0]["content"] == (
+        "Guess my number, one of 528 529 530. I answer higher, lower or correct. You have 2 guesses."
+    )
+    assert [m["content"] for m in played.messages if m["role"] == "tool"] == ["lower: one of 528", "correct"]
+    # binary search's first guess is the second number named, in every range
+    assert [json.loads(m["tool_calls"][0]["function"]["arguments"]) for m in played.messages[1::2]] == [
+        {"number": 529},
+        {"number": 528},
+    ]
+    # an edge guess leaves two numbers, a guess outside the list none
+    played = await play(task, index, scripted(("guess", {"number": 530}), ("guess", {"number": 527})))
+    assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
+        "lower: one of 528 529",
+        "higher: one of 528 529",
+    ]
+    played = await play(task, index, scripted(("guess", {"number": 531}), ("guess", {"number": 527})))
+    assert [m["content"] for m in played.messages if m["role"] == "tool"][0] == "lower: one of 528 529 530"
+    wide = GuessTask(high=16, show_candidates=True)
+    played = await play(
+        wide,
+        next(i for i in range(100) if wide.secret(i) == 6),
+        scripted(("guess", {"number": 8}), ("guess", {"number": 6})),
+    )
+    assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
+        "lower: one of 1 2 3 4 5 6 7",
+        "correct",
+    ]
+    assert candidates_text(9, 8) == "none left"
+    for index in range(100):  # the expert reads the lists and wins every held-out game in 2 guesses
+        assert (await play(task, index, guess_expert)).status == SampleStatus.COMPLETED
+    with pytest.raises(ValueError, match="show_candidates must be true or false"):
+        GuessTask(show_candidates="yes")
+    with pytest.raises(ValueError, match="set one"):
+        GuessTask(show_candidates=True, show_range=True)
+
+
 async def test_gridroom_show_moves_names_the_goals_direction_and_the_open_moves_on_cpu():
     task = GridRoomTask(show_moves=True)
     indices = task.split_indices("test") + task.split_indices("train")
@@ -295,10 +337,9 @@ async def test_calc_show_rest_restates_what_is_left_after_each_step_on_cpu():
         ("answer", {"value": -3}),
     ]
     played = await play(task, index, scripted(*bracket_first))
-    # the opening states the problem last, in the form the answers restate it
+    # the opening is the plain one; only the calculator's answers restate what is left
     assert played.messages[0]["content"] == (
-        "Compute what is left with the calculator one step at a time, then answer. "
-        "You have 5 steps. Left: (12 + 4) - 19."
+        "Compute (12 + 4) - 19. Use the calculator one step at a time, then answer. You have 5 steps."
     )
     assert [m["content"] for m in played.messages if m["role"] == "tool"] == [
         "9. Left: (12 + 4) - 19.",
