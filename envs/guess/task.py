@@ -111,8 +111,9 @@ class GuessTask(ProceduralTask):
             raise ValueError(f"GuessTask: show_candidates must be true or false, got {show_candidates!r}")
         if show_range and show_candidates:
             raise ValueError(
-                "GuessTask: show_range and show_candidates both name what the answers leave; set one "
-                "(show_candidates lists the numbers, show_range names the range 'from A to B')"
+                "GuessTask: show_range and show_candidates are both true, and both name what the answers "
+                "leave: set show_range: false to list the numbers ('one of 4 5 6'), or show_candidates: "
+                "false to name the range ('from 4 to 6')"
             )
         if isinstance(partial_credit, bool) or not (
             isinstance(partial_credit, (int, float)) and 0.0 <= partial_credit < 1.0

@@ -291,7 +291,7 @@ async def test_guess_show_candidates_lists_the_numbers_left_so_the_middle_is_a_p
         assert (await play(task, index, guess_expert)).status == SampleStatus.COMPLETED
     with pytest.raises(ValueError, match="show_candidates must be true or false"):
         GuessTask(show_candidates="yes")
-    with pytest.raises(ValueError, match="set one"):
+    with pytest.raises(ValueError, match="set show_range: false to list the numbers"):
         GuessTask(show_candidates=True, show_range=True)
 
 
