@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "tests" / "envs" / "procedural"))
 
 from procedural_helpers import TASKS, play  # noqa: E402
 
+from agentrl_ext.data.expert import noisy_policy  # noqa: E402
 from agentrl_ext.models.tiny import TinyModelSpec, build_model, build_tokenizer  # noqa: E402
 
 CALL = re.compile(r"<tool_call>\s*(\{.*\})\s*</tool_call>", re.S)
@@ -58,13 +59,16 @@ def task_and_expert(task: str, split: str, kwargs: dict[str, Any]) -> tuple[Any,
 
 
 async def demonstrations(
-    task: Any, expert: Any, count: int, rng: random.Random
+    task: Any, count: int, rng: random.Random, noise: float = 1.0
 ) -> list[list[dict[str, Any]]]:
-    """``count`` episodes of the task's feasible demonstrator, won and lost."""
-    return [
-        (await play(task, index, lambda m: expert.feasible_action(m, rng))).messages
-        for index in task.get_indices()[:count]
-    ]
+    """``count`` episodes of the task's demonstrator, won and lost: each turn its feasible move with
+    probability ``noise``, else the expert's (the main job's ``agentrl.sft.expert_noise``)."""
+    if noise == 1.0:  # the feasible demonstrator alone, drawn as before --expert-noise existed
+        expert = importlib.import_module(f"agentrl_ext.envs.{task.name}.expert")
+        policy = lambda m: expert.feasible_action(m, rng)  # noqa: E731
+    else:
+        policy = noisy_policy(task.name, noise, rng, move="feasible")
+    return [(await play(task, index, policy)).messages for index in task.get_indices()[:count]]
 
 
 def encode(
@@ -161,6 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-every", type=int, default=250)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--episodes", type=int, default=1000, help="demonstrations to train on, per task")
+    parser.add_argument(
+        "--expert-noise",
+        type=float,
+        default=1.0,
+        help="each demonstrated turn is the feasible move with this probability, else the expert's "
+        "(agentrl.sft.expert_noise; default 1.0, the feasible demonstrator alone)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -168,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in names if t not in TASKS]
     if unknown or not names:
         parser.error(f"--task {args.task}: choose from {','.join(sorted(TASKS))}")
+    if not 0.0 <= args.expert_noise <= 1.0:
+        parser.error(f"--expert-noise {args.expert_noise}: a probability in [0, 1]")
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     given = json.loads(args.task_kwargs)
@@ -179,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         tasks[name] = (
             train,
             expert,
-            asyncio.run(demonstrations(train, expert, args.episodes, rng)),
-            asyncio.run(demonstrations(test, expert, 100, rng)),
+            asyncio.run(demonstrations(train, args.episodes, rng, args.expert_noise)),
+            asyncio.run(demonstrations(test, 100, rng, args.expert_noise)),
         )
     # the main job's tokenizer: the compact template, 32 expert episodes of each task in its corpus
     template = build_tokenizer(chat_template="compact")
@@ -248,7 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
-            {"tasks": names, "task_kwargs": kwargs, "model": name, "lr": args.lr, "rows": rows}, indent=1
+            {
+                "tasks": names,
+                "task_kwargs": kwargs,
+                "model": name,
+                "lr": args.lr,
+                "expert_noise": args.expert_noise,
+                "rows": rows,
+            },
+            indent=1,
         )
         + "\n"
     )
