@@ -19,7 +19,12 @@ With ``starts`` > 1 the range moves: sample ``i`` plays ``s..s + high - 1`` for 
 position ``s % high`` of its range (0 the bottom); the train split draws only the other positions.
 Every start opens train samples too, but an answer such as ``lower: from 4 to 4`` after the range
 4..6 follows only a test secret: the agent must read the number the answer gives it, as the
-guesses it never saw in training require (docs/learning_runs.md, session 15). ``first`` (default 1)
+guesses it never saw in training require (docs/learning_runs.md, session 15). With ``held_out:
+range`` whole ranges are held out instead: every other start (``first + 1``, ``first + 3``, ...)
+opens only test samples and the others only train samples, each secret anywhere in its range.
+Training then shows every position of every range it opens, so only binary search, and no
+memorised "where this range's secrets are", wins it all (docs/learning_runs.md, session 19), and
+the test asks for that rule on ranges never played. ``first`` (default 1)
 moves the starts to ``first..first + starts - 1``: numbers no other task's observations use, so
 that a small model's habits on one task's numbers (here: the middle is the low end plus one) do
 not leak into another's copies of the same numbers (docs/learning_runs.md, session 18).
@@ -34,6 +39,9 @@ from agentrl_ext.env.protocol import SampleIndex, SampleStatus
 from agentrl_ext.env.worker import SampleResult, Session, function_tool
 
 from ..procedural import ProceduralTask, integer_argument
+
+#: how a moved range holds out test samples (``held_out``)
+HELD_OUT = ("position", "range")
 
 TOOLS = [function_tool("guess", "Guess the number.", {"number": {"type": "integer"}})]
 
@@ -93,6 +101,7 @@ class GuessTask(ProceduralTask):
         partial_credit: float = 0.0,
         starts: int = 1,
         first: int = 1,
+        held_out: str = "position",
         **kwargs: Any,
     ) -> None:
         if not isinstance(high, int) or isinstance(high, bool) or high < 2:
@@ -104,6 +113,15 @@ class GuessTask(ProceduralTask):
         if not isinstance(first, int) or isinstance(first, bool) or first < 1:
             raise ValueError(
                 f"GuessTask: first must be an integer >= 1 (the lowest range's start), got {first!r}"
+            )
+        if held_out not in HELD_OUT:
+            raise ValueError(
+                f"GuessTask: held_out must be one of {', '.join(HELD_OUT)} (position: one secret position "
+                f"of every range; range: every other range), got {held_out!r}"
+            )
+        if held_out == "range" and starts < 2:
+            raise ValueError(
+                f"GuessTask: held_out: range needs starts >= 2 (a range for each split), got starts={starts!r}"
             )
         if not isinstance(show_range, bool):
             raise ValueError(f"GuessTask: show_range must be true or false, got {show_range!r}")
@@ -124,6 +142,7 @@ class GuessTask(ProceduralTask):
         self.high = high
         self.starts = starts
         self.first = first
+        self.held_out = held_out
         self.show_range = show_range
         self.show_candidates = show_candidates
         self.partial_credit = float(partial_credit)
@@ -134,6 +153,11 @@ class GuessTask(ProceduralTask):
         rng = self.rng(index)
         if (self.starts, self.first) == (1, 1):
             return 1, self.high, rng.randint(1, self.high)
+        if self.held_out == "range":
+            # test: the starts first + 1, first + 3, ...; train: first, first + 2, ...
+            offsets = range(1 if index in self.test_indices else 0, self.starts, 2)
+            start = self.first + rng.choice(offsets)
+            return start, start + self.high - 1, start + rng.randrange(self.high)
         start = rng.randint(self.first, self.first + self.starts - 1)
         held_out = start % self.high
         if index in self.test_indices:

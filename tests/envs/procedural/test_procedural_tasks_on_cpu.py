@@ -241,6 +241,22 @@ def test_guess_starts_hold_out_a_secret_position_of_every_range_on_cpu():
     assert moved_test == {(500, 502), (501, 501), (502, 503)}
 
 
+def test_guess_held_out_ranges_never_open_a_train_sample_on_cpu():
+    # held_out: range: starts 500, 502 train, 501, 503 test; every position of a range in its split
+    train = GuessTask(high=3, starts=4, first=500, held_out="range")
+    test = GuessTask(high=3, starts=4, first=500, held_out="range", split="test")
+    pairs = {
+        split: {(low, secret) for low, _, secret in map(task.sample, task.split_indices(split))}
+        for split, task in (("train", train), ("test", test))
+    }
+    assert pairs["train"] == {(low, low + k) for low in (500, 502) for k in range(3)}
+    assert pairs["test"] == {(low, low + k) for low in (501, 503) for k in range(3)}
+    with pytest.raises(ValueError, match="held_out must be one of position, range"):
+        GuessTask(starts=4, held_out="ranges")
+    with pytest.raises(ValueError, match="held_out: range needs starts >= 2"):
+        GuessTask(held_out="range")
+
+
 async def test_guess_starts_name_the_range_and_the_expert_reads_it_on_cpu():
     task = GuessTask(high=3, starts=7, show_range=True, max_turns=2, split="test")
     index = next(i for i in range(100) if task.sample(i)[:2] == (5, 7))  # held out: secret 7
