@@ -59,12 +59,11 @@ def task_and_expert(task: str, split: str, kwargs: dict[str, Any]) -> tuple[Any,
 
 
 async def demonstrations(
-    task: Any, count: int, rng: random.Random, noise: float = 1.0
+    task: Any, expert: Any, count: int, rng: random.Random, noise: float = 1.0
 ) -> list[list[dict[str, Any]]]:
     """``count`` episodes of the task's demonstrator, won and lost: each turn its feasible move with
     probability ``noise``, else the expert's (the main job's ``agentrl.sft.expert_noise``)."""
     if noise == 1.0:  # the feasible demonstrator alone, drawn as before --expert-noise existed
-        expert = importlib.import_module(f"agentrl_ext.envs.{task.name}.expert")
         policy = lambda m: expert.feasible_action(m, rng)  # noqa: E731
     else:
         policy = noisy_policy(task.name, noise, rng, move="feasible")
@@ -192,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         tasks[name] = (
             train,
             expert,
-            asyncio.run(demonstrations(train, args.episodes, rng, args.expert_noise)),
-            asyncio.run(demonstrations(test, 100, rng, args.expert_noise)),
+            asyncio.run(demonstrations(train, expert, args.episodes, rng, args.expert_noise)),
+            asyncio.run(demonstrations(test, expert, 100, rng, args.expert_noise)),
         )
     # the main job's tokenizer: the compact template, 32 expert episodes of each task in its corpus
     template = build_tokenizer(chat_template="compact")

@@ -53,8 +53,8 @@ def candidates(low: int, high: int) -> str:
 
 def opening(high: int, max_turns: int, low: int = 1, show_candidates: bool = False) -> str:
     """The user message that starts a sample (the range ``low..high``, or its numbers listed)."""
-    secret = f", {candidates(low, high)}" if show_candidates else f" from {low} to {high}"
-    return f"Guess my number{secret}. I answer higher, lower or correct. You have {max_turns} guesses."
+    numbers = f", {candidates(low, high)}" if show_candidates else f" from {low} to {high}"
+    return f"Guess my number{numbers}. I answer higher, lower or correct. You have {max_turns} guesses."
 
 
 def feedback(
