@@ -20,11 +20,14 @@ position ``s % high`` of its range (0 the bottom); the train split draws only th
 Every start opens train samples too, but an answer such as ``lower: from 4 to 4`` after the range
 4..6 follows only a test secret: the agent must read the number the answer gives it, as the
 guesses it never saw in training require (docs/learning_runs.md, session 15). With ``held_out:
-range`` whole ranges are held out instead: every other start (``first + 1``, ``first + 3``, ...)
-opens only test samples and the others only train samples, each secret anywhere in its range.
-Training then shows every position of every range it opens, so only binary search, and no
-memorised "where this range's secrets are", wins it all (docs/learning_runs.md, session 19), and
-the test asks for that rule on ranges never played. ``first`` (default 1)
+range`` whole ranges are held out instead: of every four starts the middle two (``first + 1``,
+``first + 2``, ``first + 5``, ``first + 6``, ...) open only test samples and the others only train
+samples, each secret anywhere in its range. Training then shows every position of every range it
+opens, so only binary search, and no memorised "where this range's secrets are", wins it all
+(docs/learning_runs.md, session 19), and the test asks for that rule on ranges never played. Both
+splits hold ranges starting on odd and on even numbers: with every other start held out, a number
+left alone by an answer (``lower: from 502 to 502``) was always even in training and odd in the
+test, and the warm start copied an odd one wrong 43% of the time (session 20). ``first`` (default 1)
 moves the starts to ``first..first + starts - 1``: numbers no other task's observations use, so
 that a small model's habits on one task's numbers (here: the middle is the low end plus one) do
 not leak into another's copies of the same numbers (docs/learning_runs.md, session 18).
@@ -42,6 +45,8 @@ from ..procedural import ProceduralTask, integer_argument
 
 #: how a moved range holds out test samples (``held_out``)
 HELD_OUT = ("position", "range")
+#: with ``held_out: range``, the offsets (from ``first``, modulo 4) of the starts held out
+HELD_OUT_RANGES = (1, 2)
 
 TOOLS = [function_tool("guess", "Guess the number.", {"number": {"type": "integer"}})]
 
@@ -117,7 +122,7 @@ class GuessTask(ProceduralTask):
         if held_out not in HELD_OUT:
             raise ValueError(
                 f"GuessTask: held_out must be one of {', '.join(HELD_OUT)} (position: one secret position "
-                f"of every range; range: every other range), got {held_out!r}"
+                f"of every range; range: two of every four ranges), got {held_out!r}"
             )
         if held_out == "range" and starts < 2:
             raise ValueError(
@@ -154,8 +159,9 @@ class GuessTask(ProceduralTask):
         if (self.starts, self.first) == (1, 1):
             return 1, self.high, rng.randint(1, self.high)
         if self.held_out == "range":
-            # test: the starts first + 1, first + 3, ...; train: first, first + 2, ...
-            offsets = range(1 if index in self.test_indices else 0, self.starts, 2)
+            # of every four starts, the middle two are test, the outer two train (HELD_OUT_RANGES)
+            test = index in self.test_indices
+            offsets = [i for i in range(self.starts) if (i % 4 in HELD_OUT_RANGES) == test]
             start = self.first + rng.choice(offsets)
             return start, start + self.high - 1, start + rng.randrange(self.high)
         start = rng.randint(self.first, self.first + self.starts - 1)

@@ -242,15 +242,16 @@ def test_guess_starts_hold_out_a_secret_position_of_every_range_on_cpu():
 
 
 def test_guess_held_out_ranges_never_open_a_train_sample_on_cpu():
-    # held_out: range: starts 500, 502 train, 501, 503 test; every position of a range in its split
-    train = GuessTask(high=3, starts=4, first=500, held_out="range")
-    test = GuessTask(high=3, starts=4, first=500, held_out="range", split="test")
+    # held_out: range: starts 500, 503, 504 train, 501, 502 test (the middle two of every four: both
+    # splits start ranges on odd and on even numbers); every position of a range in its split
+    train = GuessTask(high=3, starts=5, first=500, held_out="range")
+    test = GuessTask(high=3, starts=5, first=500, held_out="range", split="test")
     pairs = {
         split: {(low, secret) for low, _, secret in map(task.sample, task.split_indices(split))}
         for split, task in (("train", train), ("test", test))
     }
-    assert pairs["train"] == {(low, low + k) for low in (500, 502) for k in range(3)}
-    assert pairs["test"] == {(low, low + k) for low in (501, 503) for k in range(3)}
+    assert pairs["train"] == {(low, low + k) for low in (500, 503, 504) for k in range(3)}
+    assert pairs["test"] == {(low, low + k) for low in (501, 502) for k in range(3)}
     with pytest.raises(ValueError, match="held_out must be one of position, range"):
         GuessTask(starts=4, held_out="ranges")
     with pytest.raises(ValueError, match="held_out: range needs starts >= 2"):
