@@ -27,6 +27,7 @@ from typing import Any
 from agentrl_ext import cli
 from agentrl_ext.envs.calc.expert import opening_problem
 from agentrl_ext.envs.calc.task import parse_step
+from agentrl_ext.eval.report import count_episode_files
 
 CLASSES = ("bracket", "other grouping", "mixed", "off by one", "other", "no step")
 
@@ -85,12 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("episodes", nargs="+", type=Path, help="*.episodes.jsonl files of evaluations")
     parser.add_argument("--out", type=Path, default=None, help="write the counts per file as JSON")
     args = parser.parse_args(argv)
-    counts: dict[str, Counter[str]] = {}
-    for path in args.episodes:
-        if not path.is_file():
-            parser.error(f"{path}: no such file (an evaluation's eval/*.episodes.jsonl)")
-        with path.open() as lines:
-            counts[str(path)] = count(json.loads(line) for line in lines if line.strip())
+    try:
+        counts = count_episode_files(args.episodes, count)
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
     print(table(counts))
     if args.out is not None:
         args.out.write_text(json.dumps({name: dict(c) for name, c in counts.items()}, indent=1))

@@ -25,6 +25,7 @@ from typing import Any
 
 from agentrl_ext import cli
 from agentrl_ext.envs.guess.expert import feasible_range
+from agentrl_ext.eval.report import count_episode_files
 
 FIRST = ("middle", "bottom", "top", "other inside", "outside", "no guess")
 AFTER_ONE_LEFT = ("copied", "one below", "one above", "other", "no guess")
@@ -140,12 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("episodes", nargs="+", type=Path, help="*.episodes.jsonl files of evaluations")
     parser.add_argument("--out", type=Path, default=None, help="write the counts per file as JSON")
     args = parser.parse_args(argv)
-    counts: dict[str, dict[str, Counter[str]]] = {}
-    for path in args.episodes:
-        if not path.is_file():
-            parser.error(f"{path}: no such file (an evaluation's eval/*.episodes.jsonl)")
-        with path.open() as lines:
-            counts[str(path)] = count(json.loads(line) for line in lines if line.strip())
+    try:
+        counts = count_episode_files(args.episodes, count)
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
     print(tables(counts))
     if args.out is not None:
         out = {name: {key: dict(c) for key, c in parts.items()} for name, parts in counts.items()}

@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: format of the results file (``EvalReport.to_dict``); bumped when a field changes meaning
 REPORT_VERSION = 1
@@ -239,6 +241,20 @@ def read_episodes(path: str | Path) -> dict[tuple[str, str, int], EpisodeRecord]
             raise ValueError(f"{path}:{number} is not an episode record: {exc}") from None
         records[record.key] = record
     return records
+
+
+def count_episode_files(
+    paths: Sequence[Path], count: Callable[[Iterable[dict[str, Any]]], T]
+) -> dict[str, T]:
+    """``count`` of each episodes file's rows (plain dicts: a diagnostic reads only the fields it
+    needs), by the path as given; raises FileNotFoundError naming a path that is not a file."""
+    counts: dict[str, T] = {}
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file (an evaluation's eval/*.episodes.jsonl)")
+        with path.open() as lines:
+            counts[str(path)] = count(json.loads(line) for line in lines if line.strip())
+    return counts
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
