@@ -22,6 +22,7 @@ the run's seed and the episode's (task, index, run), so they do not depend on co
 from __future__ import annotations
 
 import json
+import logging
 import random
 import zlib
 from collections import defaultdict
@@ -35,6 +36,8 @@ from agentrl_ext.env.client import ControllerClient
 from agentrl_ext.env.protocol import SampleStatus
 from agentrl_ext.rollout.episode import Episode, drive_episode
 from agentrl_ext.rollout.openai_pool import OpenAIPool, PoolMember, run_episode
+
+logger = logging.getLogger(__name__)
 
 #: statuses of an episode the environment (or the model endpoint) could not run to an end
 FAILURE_STATUSES = frozenset({SampleStatus.TASK_ERROR.value, SampleStatus.UNKNOWN.value})
@@ -258,6 +261,10 @@ class LocalPolicy:
 
     async def close(self) -> None:
         self._calls.clear()
+        # the decode threads end here, not at interpreter exit (Ctrl-C mid-evaluation exits 130)
+        for name, server in self.servers.items():
+            if not server.close():
+                logger.warning("model %s: its decode thread did not end within 60 s of the abort", name)
 
 
 def _short_names(paths: Sequence[str]) -> list[str]:

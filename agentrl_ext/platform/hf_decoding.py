@@ -288,6 +288,20 @@ class ContinuousBatcher:
         with self._cv:
             self._aborting = False
 
+    def close(self, timeout_s: float = 60.0) -> bool:
+        """Abort every request (as :meth:`abort`) and wait up to ``timeout_s`` for the decode thread
+        to end; returns whether it did. Call it before the process exits: a daemon thread still
+        inside a forward when the interpreter shuts down kills the process with SIGABRT
+        (``terminate called without an active exception``), not the exit code the caller chose."""
+        with self._cv:
+            self._aborting = True
+            thread = self._thread
+            self._cv.notify()
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
     def weights_changed(self) -> None:
         """Call under :attr:`model_lock` after changing the weights: drops every cached prefix, and
         requests in flight leave none (their KV mixes two weight versions)."""

@@ -311,6 +311,11 @@ class HFRolloutServer:
     async def resume_generation(self) -> None:
         self.engine.resume()
 
+    def close(self, timeout_s: float = 60.0) -> bool:
+        """Abort every request and wait for the decode thread to end (for an in-process server,
+        before the process exits; see :meth:`ContinuousBatcher.close`)."""
+        return self.engine.close(timeout_s)
+
     async def start_profile(self, **_: Any) -> None:
         return None
 

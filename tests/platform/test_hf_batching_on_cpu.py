@@ -337,3 +337,28 @@ def test_concurrent_requests_to_the_ray_actor_are_batched_on_cpu():
         ray.shutdown()
     _assert_same(batched, alone)
     assert stats["max_rows"] > 1, "concurrent calls to the actor were decoded one at a time"
+
+
+def test_close_ends_the_decode_thread_mid_request_on_cpu():
+    """What an in-process server does before its process exits (Ctrl-C mid-evaluation): a decode
+    thread still in a forward at interpreter shutdown would end the process with SIGABRT."""
+    server = _server(response_length=400, prompt_length=16)
+    engine = server.engine
+    started = threading.Event()
+    outcome: list = []
+
+    async def main():
+        task = asyncio.create_task(
+            _gen(server, _prompt(5), "long", temperature=1.0, max_tokens=400, ignore_eos=True)
+        )
+        await _wait_for(lambda: engine.stats["decode_forwards"] >= 2, "decoding under way")
+        decoder = next(t for t in threading.enumerate() if t.name == "hf-rollout-decode")
+        started.set()
+        assert server.close(timeout_s=60)
+        outcome.append(decoder.is_alive())
+        return await task
+
+    out = asyncio.run(main())
+    assert started.is_set() and outcome == [False], "the decode thread outlived close()"
+    assert out.stop_reason == "aborted" and 1 <= len(out.token_ids) < 400
+    assert server.close() and engine.pending == 0  # twice, and with no thread, is fine
