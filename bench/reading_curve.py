@@ -19,6 +19,7 @@ session 15, compares the two on the main job's data).
     .venv/bin/python bench/reading_curve.py --task calc --hidden 64 --layers 2
     .venv/bin/python bench/reading_curve.py --task guess,calc,gridroom --lr 1e-3 --steps 3000 \\
         --task-kwargs '{"guess": {"high": 3, "starts": 7, "show_range": true, "max_turns": 2}, "gridroom": {"show_moves": true}}'
+    .venv/bin/python bench/reading_curve.py --task guess,calc --number-tokens 0 --expert-noise '{"calc": 0.25}'
 
 With several tasks, each step's batch is one task's, round robin (what a warm start without
 padding across tasks would do), and every probe scores each task.
@@ -144,6 +145,23 @@ def probe(
     return {where: (ok / n if n else float("nan")) for where, (ok, n) in counts.items()}
 
 
+def expert_noise_of(text: str, names: list[str]) -> dict[str, float]:
+    """``--expert-noise``: one probability for every task, or a JSON object per task (others 1.0)."""
+    given = json.loads(text)
+    if isinstance(given, dict):
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise ValueError(f"names tasks not trained here: {unknown}")
+        noise = {t: float(given.get(t, 1.0)) for t in names}
+    elif isinstance(given, int | float):
+        noise = dict.fromkeys(names, float(given))
+    else:
+        raise ValueError("give a number or a JSON object {task: number}")
+    if not all(0.0 <= p <= 1.0 for p in noise.values()):
+        raise ValueError("each value must be a probability in [0, 1]")
+    return noise
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -166,10 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=1000, help="demonstrations to train on, per task")
     parser.add_argument(
         "--expert-noise",
-        type=float,
-        default=1.0,
+        default="1.0",
         help="each demonstrated turn is the feasible move with this probability, else the expert's "
-        "(agentrl.sft.expert_noise; default 1.0, the feasible demonstrator alone)",
+        "(agentrl.sft.expert_noise; default 1.0, the feasible demonstrator alone); one number for "
+        'every task, or JSON per task such as \'{"calc": 0.25, "gridroom": 0.75}\' (others 1.0)',
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
@@ -178,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in names if t not in TASKS]
     if unknown or not names:
         parser.error(f"--task {args.task}: choose from {','.join(sorted(TASKS))}")
-    if not 0.0 <= args.expert_noise <= 1.0:
-        parser.error(f"--expert-noise {args.expert_noise}: a probability in [0, 1]")
+    try:
+        noise = expert_noise_of(args.expert_noise, names)
+    except ValueError as exc:
+        parser.error(f"--expert-noise {args.expert_noise}: {exc}")
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     given = json.loads(args.task_kwargs)
@@ -191,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         tasks[name] = (
             train,
             expert,
-            asyncio.run(demonstrations(train, expert, args.episodes, rng, args.expert_noise)),
-            asyncio.run(demonstrations(test, expert, 100, rng, args.expert_noise)),
+            asyncio.run(demonstrations(train, expert, args.episodes, rng, noise[name])),
+            asyncio.run(demonstrations(test, expert, 100, rng, noise[name])),
         )
     # the main job's tokenizer: the compact template, 32 expert episodes of each task in its corpus
     template = build_tokenizer(chat_template="compact")
@@ -265,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                 "task_kwargs": kwargs,
                 "model": name,
                 "lr": args.lr,
-                "expert_noise": args.expert_noise,
+                "expert_noise": noise if len(set(noise.values())) > 1 else noise[names[0]],
                 "rows": rows,
             },
             indent=1,
