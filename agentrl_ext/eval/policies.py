@@ -39,6 +39,9 @@ from agentrl_ext.rollout.openai_pool import OpenAIPool, PoolMember, run_episode
 
 logger = logging.getLogger(__name__)
 
+#: how long closing a local policy waits for each model's decode thread to end
+CLOSE_TIMEOUT_S = 60.0
+
 #: statuses of an episode the environment (or the model endpoint) could not run to an end
 FAILURE_STATUSES = frozenset({SampleStatus.TASK_ERROR.value, SampleStatus.UNKNOWN.value})
 
@@ -263,8 +266,12 @@ class LocalPolicy:
         self._calls.clear()
         # the decode threads end here, not at interpreter exit (Ctrl-C mid-evaluation exits 130)
         for name, server in self.servers.items():
-            if not server.close():
-                logger.warning("model %s: its decode thread did not end within 60 s of the abort", name)
+            if not server.close(timeout_s=CLOSE_TIMEOUT_S):
+                logger.warning(
+                    "model %s: its decode thread did not end within %.0f s of the abort",
+                    name,
+                    CLOSE_TIMEOUT_S,
+                )
 
 
 def _short_names(paths: Sequence[str]) -> list[str]:

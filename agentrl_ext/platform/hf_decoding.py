@@ -293,10 +293,9 @@ class ContinuousBatcher:
         to end; returns whether it did. Call it before the process exits: a daemon thread still
         inside a forward when the interpreter shuts down kills the process with SIGABRT
         (``terminate called without an active exception``), not the exit code the caller chose."""
+        self.abort()
         with self._cv:
-            self._aborting = True
             thread = self._thread
-            self._cv.notify()
         if thread is None or thread is threading.current_thread():
             return True
         thread.join(timeout_s)
